@@ -1,0 +1,41 @@
+# The front door. Every target installs what it needs (scripts/setup.sh is idempotent and quick when done).
+SHELL := /bin/bash
+PY    := .venv/bin/python
+ENV   ?=
+ENV_FLAG := $(if $(ENV),--env $(ENV))
+
+.DEFAULT_GOAL := help
+.PHONY: help setup setup-base render check-rendered lint chart-schemas values test bench-render clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
+
+setup: ## .venv with every pinned dependency (render, tests, training) and helm in .tools/bin
+	@scripts/setup.sh all
+
+setup-base: ## .venv with what rendering needs, and helm
+	@scripts/setup.sh base
+
+render: setup-base ## render environments into apps/ (ENV=eks for one; default all)
+	@$(PY) -m generator render $(ENV_FLAG)
+
+check-rendered: setup-base ## fail (with the diff) when apps/ differs from a fresh render
+	@$(PY) -m generator check-rendered $(ENV_FLAG)
+
+lint: setup-base ## helm lint --strict every chart with every environment's values
+	@$(PY) -m generator lint $(ENV_FLAG)
+
+chart-schemas: setup-base ## compose each chart's values.schema.json from charts/training-lib/cluster.schema.yaml
+	@$(PY) -m generator chart-schemas
+
+values: setup-base ## print an environment's composed values (ENV=..., APP=... for one app's chart values)
+	@$(PY) -m generator values --env $(or $(ENV),minikube) $(if $(APP),--app $(APP))
+
+test: setup ## run the whole test suite
+	@$(PY) -m pytest
+
+bench-render: setup-base ## time rendering: helm vs generator overhead, and 200 jobs x 4 environments
+	@$(PY) -m generator.bench
+
+clean: ## remove .venv, .tools and caches
+	rm -rf .venv .tools .pytest_cache .cache

@@ -1,0 +1,86 @@
+-- Argo CD health assessment for kubeflow.org/PyTorchJob (Kubeflow training-operator v1.9).
+--
+-- Reads status.conditions (types Created, Running, Restarting, Succeeded, Suspended, Failed) and
+-- spec.runPolicy.suspend. The PyTorchJob status has no observedGeneration, so a suspend request that the
+-- operator has not acted on yet is recognised by comparing spec.runPolicy.suspend with the Suspended
+-- condition. The operator's condition messages already name the job and its state
+-- ("PyTorchJob ns/name is failed because 1 Worker replica(s) failed."), so they are shown as they are.
+--
+-- Written for Argo CD's sandbox for argocd-cm customizations: Lua 5.1 (gopher-lua) with only the base,
+-- table, package and a safe os library loaded. No string, math or io library is used, so no
+-- resource.customizations.useOpenLibs entry is needed.
+
+local hs = {}
+
+local function nonempty(v)
+  return v ~= nil and v ~= ""
+end
+
+local function result(status, message)
+  hs.status = status
+  hs.message = message
+  return hs
+end
+
+local conditions = {}
+local any = false
+if obj.status ~= nil and obj.status.conditions ~= nil then
+  for _, condition in ipairs(obj.status.conditions) do
+    if condition.type ~= nil then
+      conditions[condition.type] = condition
+      any = true
+    end
+  end
+end
+
+local function isTrue(conditionType)
+  local condition = conditions[conditionType]
+  return condition ~= nil and condition.status == "True"
+end
+
+-- The condition's own message, or a fallback when the operator left it empty.
+local function messageOf(conditionType, fallback)
+  local condition = conditions[conditionType]
+  if condition ~= nil and nonempty(condition.message) then
+    return condition.message
+  end
+  return fallback
+end
+
+local specSuspend = obj.spec ~= nil and obj.spec.runPolicy ~= nil and obj.spec.runPolicy.suspend == true
+
+if not any then
+  if specSuspend then
+    return result("Progressing", "Waiting for the training-operator to suspend the PyTorchJob")
+  end
+  return result("Progressing", "Waiting for the training-operator to create the PyTorchJob's Pods")
+end
+
+-- Terminal conditions win: a finished job stays finished whatever else is reported.
+if isTrue("Failed") then
+  return result("Degraded", messageOf("Failed", "PyTorchJob failed"))
+end
+if isTrue("Succeeded") then
+  return result("Healthy", messageOf("Succeeded", "PyTorchJob succeeded"))
+end
+
+if isTrue("Suspended") then
+  if specSuspend then
+    return result("Suspended", messageOf("Suspended", "PyTorchJob is suspended"))
+  end
+  return result("Progressing", "Resuming the suspended PyTorchJob (spec.runPolicy.suspend is no longer true)")
+end
+if specSuspend then
+  return result("Progressing", "Waiting for the training-operator to suspend the PyTorchJob")
+end
+
+if isTrue("Restarting") then
+  return result("Progressing", messageOf("Restarting", "PyTorchJob is restarting failed replicas"))
+end
+if isTrue("Running") then
+  return result("Progressing", messageOf("Running", "PyTorchJob is running"))
+end
+if isTrue("Created") then
+  return result("Progressing", messageOf("Created", "PyTorchJob is created; waiting for its Pods to start"))
+end
+return result("Progressing", "Waiting for the training-operator to start the PyTorchJob")

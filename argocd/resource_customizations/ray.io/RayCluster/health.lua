@@ -1,0 +1,121 @@
+-- Argo CD health assessment for ray.io/RayCluster (KubeRay v1.7).
+--
+-- Reads status.conditions (RayClusterProvisioned, HeadPodReady, ReplicaFailure, RayClusterSuspending,
+-- RayClusterSuspended), the deprecated status.state (ready / suspended / failed) for operators running
+-- without the RayClusterStatusConditions feature gate, status.observedGeneration and the worker counts.
+--
+-- Written for Argo CD's sandbox for argocd-cm customizations: Lua 5.1 (gopher-lua) with only the base,
+-- table, package and a safe os library loaded. No string, math or io library is used, so no
+-- resource.customizations.useOpenLibs entry is needed.
+
+local hs = {}
+
+local function nonempty(v)
+  return v ~= nil and v ~= ""
+end
+
+-- "<prefix> (<reason>): <detail>", leaving out whatever is empty.
+local function describe(prefix, reason, detail)
+  local m = prefix
+  if nonempty(reason) then
+    m = m .. " (" .. reason .. ")"
+  end
+  if nonempty(detail) then
+    m = m .. ": " .. detail
+  end
+  return m
+end
+
+local function result(status, message)
+  hs.status = status
+  hs.message = message
+  return hs
+end
+
+local function count(v)
+  local n = tonumber(v)
+  if n == nil then
+    return 0
+  end
+  return n
+end
+
+local status = obj.status
+if status == nil or next(status) == nil then
+  return result("Progressing", "Waiting for the KubeRay operator to report the RayCluster's status")
+end
+
+local generation = nil
+if obj.metadata ~= nil then
+  generation = tonumber(obj.metadata.generation)
+end
+local observed = tonumber(status.observedGeneration)
+if generation ~= nil and observed ~= nil and observed < generation then
+  return result("Progressing", "Waiting for KubeRay to observe generation " .. generation ..
+    " of the RayCluster (observed " .. observed .. ")")
+end
+
+local conditions = {}
+if status.conditions ~= nil then
+  for _, condition in ipairs(status.conditions) do
+    if condition.type ~= nil then
+      conditions[condition.type] = condition
+    end
+  end
+end
+
+local function isTrue(conditionType)
+  local condition = conditions[conditionType]
+  return condition ~= nil and condition.status == "True"
+end
+
+local state = status.state or ""
+if state ~= "" and state ~= "ready" and state ~= "suspended" and state ~= "failed" then
+  return result("Unknown", "Unrecognized RayCluster state: " .. state)
+end
+
+-- Pods that KubeRay failed to create or delete (quota, admission webhooks, bad pod template).
+-- KubeRay removes this condition again after the next successful reconcile.
+if isTrue("ReplicaFailure") then
+  local condition = conditions["ReplicaFailure"]
+  return result("Degraded", describe("RayCluster Pods could not be reconciled", condition.reason, condition.message))
+end
+
+local specSuspend = obj.spec ~= nil and obj.spec.suspend == true
+
+if isTrue("RayClusterSuspending") then
+  return result("Progressing", "Suspending the RayCluster: deleting its Pods")
+end
+if isTrue("RayClusterSuspended") or state == "suspended" then
+  if specSuspend then
+    return result("Suspended", "RayCluster is suspended (spec.suspend is true); all its Pods are deleted")
+  end
+  return result("Progressing", "Resuming the suspended RayCluster: recreating its Pods")
+end
+if specSuspend then
+  return result("Progressing", "Suspending the RayCluster: deleting its Pods")
+end
+
+-- Deprecated state that older operators set; kept so that such a status is not shown as healthy.
+if state == "failed" then
+  return result("Degraded", describe("RayCluster failed", nil, status.reason))
+end
+
+local workers = count(status.readyWorkerReplicas) .. "/" .. count(status.desiredWorkerReplicas) ..
+  " worker replicas ready"
+
+-- RayClusterProvisioned becomes True once all Pods were ready for the first time and stays True;
+-- state "ready" is the equivalent when the conditions feature gate is off.
+if isTrue("RayClusterProvisioned") or state == "ready" then
+  local head = conditions["HeadPodReady"]
+  if head ~= nil and head.status ~= "True" then
+    return result("Degraded", describe("Head Pod is not ready", head.reason, head.message))
+  end
+  return result("Healthy", "RayCluster is ready: " .. workers)
+end
+
+local provisioned = conditions["RayClusterProvisioned"]
+if provisioned ~= nil and nonempty(provisioned.message) then
+  return result("Progressing", "Provisioning the RayCluster (" .. workers .. "): " .. provisioned.message)
+end
+return result("Progressing", "Provisioning the RayCluster (" .. workers .. ")")

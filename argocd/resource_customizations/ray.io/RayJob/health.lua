@@ -1,0 +1,120 @@
+-- Argo CD health assessment for ray.io/RayJob (KubeRay v1.7).
+--
+-- Reads status.jobDeploymentStatus (KubeRay's lifecycle of the RayCluster and the job submission) and
+-- status.jobStatus (the Ray job's own status from the Ray dashboard), plus status.reason / status.message.
+--
+-- Written for Argo CD's sandbox for argocd-cm customizations: Lua 5.1 (gopher-lua) with only the base,
+-- table, package and a safe os library loaded. No string, math or io library is used, so no
+-- resource.customizations.useOpenLibs entry is needed.
+
+local hs = {}
+
+local function nonempty(v)
+  return v ~= nil and v ~= ""
+end
+
+-- "<prefix> (<reason>): <detail>", leaving out whatever is empty.
+local function describe(prefix, reason, detail)
+  local m = prefix
+  if nonempty(reason) then
+    m = m .. " (" .. reason .. ")"
+  end
+  if nonempty(detail) then
+    m = m .. ": " .. detail
+  end
+  return m
+end
+
+local function result(status, message)
+  hs.status = status
+  hs.message = message
+  return hs
+end
+
+local status = obj.status
+if status == nil or next(status) == nil then
+  return result("Progressing", "Waiting for the KubeRay operator to pick up the RayJob")
+end
+
+local deployment = status.jobDeploymentStatus or ""
+local jobStatus = status.jobStatus or ""
+local reason = status.reason
+local message = status.message
+
+-- Terminal states first: KubeRay does not act on spec changes once a RayJob has finished, so a
+-- generation that is never observed again must not hide the final outcome.
+if deployment == "Complete" then
+  if jobStatus == "SUCCEEDED" then
+    return result("Healthy", describe("Ray job succeeded", nil, message))
+  end
+  if jobStatus == "FAILED" then
+    return result("Degraded", describe("Ray job failed", reason, message))
+  end
+  if jobStatus == "STOPPED" then
+    return result("Degraded", describe("Ray job was stopped before it finished", reason, message))
+  end
+  local shown = jobStatus
+  if shown == "" then
+    shown = "unknown"
+  end
+  return result("Degraded", describe("RayJob completed without success, job status " .. shown, reason, message))
+end
+if deployment == "Failed" then
+  return result("Degraded", describe("RayJob failed", reason, message))
+end
+if deployment == "ValidationFailed" then
+  return result("Degraded", describe("RayJob spec is invalid", reason, message))
+end
+
+-- The spec changed (e.g. spec.suspend flipped) and KubeRay has not caught up yet.
+if obj.metadata ~= nil then
+  local generation = tonumber(obj.metadata.generation)
+  local observed = tonumber(status.observedGeneration)
+  if generation ~= nil and observed ~= nil and observed < generation then
+    return result("Progressing", "Waiting for KubeRay to observe generation " .. generation ..
+      " of the RayJob (observed " .. observed .. ")")
+  end
+end
+
+local cluster = status.rayClusterName
+
+if deployment == "" then
+  return result("Progressing", "Waiting for the KubeRay operator to initialize the RayJob")
+end
+if deployment == "Initializing" then
+  if nonempty(cluster) then
+    return result("Progressing", "Waiting for RayCluster " .. cluster .. " to be ready")
+  end
+  return result("Progressing", "Waiting for the RayJob's RayCluster to be created")
+end
+if deployment == "Waiting" then
+  return result("Progressing", describe("Waiting for the Ray job to be submitted", nil, message))
+end
+if deployment == "Running" then
+  local m
+  if nonempty(jobStatus) then
+    m = "Ray job is " .. jobStatus
+  else
+    m = "Submitting the Ray job"
+  end
+  if nonempty(cluster) then
+    m = m .. " on RayCluster " .. cluster
+  end
+  return result("Progressing", m)
+end
+if deployment == "Retrying" then
+  local m = "Retrying the Ray job after a failed attempt"
+  local failed = tonumber(status.failed)
+  if failed ~= nil and failed > 0 then
+    m = "Retrying the Ray job after " .. failed .. " failed attempt(s)"
+  end
+  return result("Progressing", describe(m, reason, message))
+end
+if deployment == "Suspending" then
+  return result("Progressing", "Suspending the RayJob: deleting its RayCluster")
+end
+if deployment == "Suspended" then
+  return result("Suspended", "RayJob is suspended (spec.suspend is true); no RayCluster is running for it")
+end
+
+return result("Unknown", "Unrecognized RayJob jobDeploymentStatus: " .. deployment)

@@ -1,0 +1,204 @@
+{{/*
+The pod profile: everything a training pod carries, whatever runs in it (Ray head, Ray worker,
+PyTorchJob master/worker). Each helper takes a dict:
+  root:  the chart's top-level context
+  group: the group's values (resources, gpus, nodeSelector, tolerations, affinity, env, volumes, volumeMounts)
+*/}}
+
+{{/* EFA per instance family, encoded once: RDMA-read support and EFA devices per instance. */}}
+{{- define "tlib.efaFamilies" -}}
+g5:   {rdma: "0", devices: 1}
+g6:   {rdma: "0", devices: 1}
+p4d:  {rdma: "1", devices: 4}
+p5:   {rdma: "1", devices: 32}
+{{- end -}}
+
+{{/* Does this group's pod use GPUs? */}}
+{{- define "tlib.usesGpu" -}}
+{{- if gt (int (.group.gpus | default 0)) 0 }}true{{ end -}}
+{{- end -}}
+
+{{/* EFA applies to every GPU pod when efa.enabled. */}}
+{{- define "tlib.usesEfa" -}}
+{{- if and .root.Values.efa.enabled (include "tlib.usesGpu" .) }}true{{ end -}}
+{{- end -}}
+
+{{- define "tlib.efaSettings" -}}
+{{- $families := include "tlib.efaFamilies" . | fromYaml -}}
+{{- $family := .root.Values.efa.instanceFamily -}}
+{{- if not (hasKey $families $family) -}}
+{{- fail (printf "efa.instanceFamily %q is not one of: %s" $family (keys $families | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- $f := get $families $family -}}
+rdma: {{ $f.rdma | quote }}
+devices: {{ .root.Values.efa.devicesPerPod | default $f.devices }}
+{{- end -}}
+
+{{/* Container resources: the group's requests/limits plus GPUs and EFA devices, in both. */}}
+{{- define "tlib.resources" -}}
+{{- $res := deepCopy (.group.resources | default dict) -}}
+{{- $req := $res.requests | default dict -}}
+{{- $lim := $res.limits | default dict -}}
+{{- if include "tlib.usesGpu" . -}}
+{{- $_ := set $req "nvidia.com/gpu" (toString .group.gpus) -}}
+{{- $_ := set $lim "nvidia.com/gpu" (toString .group.gpus) -}}
+{{- end -}}
+{{- if include "tlib.usesEfa" . -}}
+{{- $efa := include "tlib.efaSettings" . | fromYaml -}}
+{{- $_ := set $req "vpc.amazonaws.com/efa" (toString $efa.devices) -}}
+{{- $_ := set $lim "vpc.amazonaws.com/efa" (toString $efa.devices) -}}
+{{- end -}}
+{{- $_ := set $res "requests" $req -}}
+{{- $_ := set $res "limits" $lim -}}
+{{- toYaml $res -}}
+{{- end -}}
+
+{{/* Environment: EFA/libfabric, NCCL safeguards, shared env, group env, secret references, storage. Sorted by name. */}}
+{{- define "tlib.env" -}}
+{{- $vals := .root.Values -}}
+{{- $env := dict -}}
+{{- if include "tlib.usesEfa" . -}}
+{{- $efa := include "tlib.efaSettings" . | fromYaml -}}
+{{- $_ := set $env "FI_PROVIDER" "efa" -}}
+{{- $_ := set $env "FI_EFA_USE_DEVICE_RDMA" $efa.rdma -}}
+{{- $_ := set $env "FI_EFA_FORK_SAFE" "1" -}}
+{{- $_ := set $env "NCCL_PROTO" "simple" -}}
+{{- end -}}
+{{- if $vals.nccl.enabled -}}
+{{- range $k, $v := $vals.nccl.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
+{{- end -}}
+{{- range $k, $v := $vals.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
+{{- range $k, $v := .group.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
+{{- if $vals.checkpoints.enabled -}}
+{{- $_ := set $env "TRAINING_STORAGE_PATH" $vals.checkpoints.mountPath -}}
+{{- end -}}
+{{- $secretEnv := $vals.secretEnv | default dict -}}
+{{- range $name := keys $env | sortAlpha }}
+- name: {{ $name }}
+  value: {{ get $env $name | quote }}
+{{- end }}
+{{- range $name := keys $secretEnv | sortAlpha }}
+{{- $ref := get $secretEnv $name }}
+{{- if $ref }}
+- name: {{ $name }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $ref.secretName }}
+      key: {{ $ref.key }}
+      {{- if hasKey $ref "optional" }}
+      optional: {{ $ref.optional }}
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Container securityContext: the chart's, plus the capabilities EFA needs. */}}
+{{- define "tlib.containerSecurityContext" -}}
+{{- $sc := deepCopy (.root.Values.containerSecurityContext | default dict) -}}
+{{- if include "tlib.usesEfa" . -}}
+{{- $caps := $sc.capabilities | default dict -}}
+{{- $add := concat ($caps.add | default list) (list "IPC_LOCK" "SYS_RESOURCE") | uniq -}}
+{{- $_ := set $caps "add" $add -}}
+{{- $_ := set $sc "capabilities" $caps -}}
+{{- end -}}
+{{- toYaml $sc -}}
+{{- end -}}
+
+{{/* Volumes every pod gets: /dev/shm, checkpoints, shared and group volumes, extra volumes from the chart. */}}
+{{- define "tlib.volumes" -}}
+{{- $vals := .root.Values -}}
+{{- $vols := list -}}
+{{- if $vals.shm.enabled -}}
+{{- $vols = append $vols (dict "name" "shm" "emptyDir" (dict "medium" "Memory" "sizeLimit" $vals.shm.sizeLimit)) -}}
+{{- end -}}
+{{- if $vals.checkpoints.enabled -}}
+{{- if not $vals.checkpoints.claimName -}}
+{{- fail "checkpoints.enabled needs checkpoints.claimName (the PersistentVolumeClaim to mount)" -}}
+{{- end -}}
+{{- $vols = append $vols (dict "name" "checkpoints" "persistentVolumeClaim" (dict "claimName" $vals.checkpoints.claimName)) -}}
+{{- end -}}
+{{- $vols = concat $vols ($vals.volumes | default list) (.group.volumes | default list) (.extraVolumes | default list) -}}
+{{- if $vols }}{{ toYaml $vols }}{{ end -}}
+{{- end -}}
+
+{{- define "tlib.volumeMounts" -}}
+{{- $vals := .root.Values -}}
+{{- $mounts := list -}}
+{{- if $vals.shm.enabled -}}
+{{- $mounts = append $mounts (dict "name" "shm" "mountPath" "/dev/shm") -}}
+{{- end -}}
+{{- if $vals.checkpoints.enabled -}}
+{{- $mounts = append $mounts (dict "name" "checkpoints" "mountPath" $vals.checkpoints.mountPath) -}}
+{{- end -}}
+{{- $mounts = concat $mounts ($vals.volumeMounts | default list) (.group.volumeMounts | default list) (.extraVolumeMounts | default list) -}}
+{{- if $mounts }}{{ toYaml $mounts }}{{ end -}}
+{{- end -}}
+
+{{/*
+The pod template of one group. Extra keys in the dict:
+  containerName, ports (list), command/args (optional), extraVolumes, extraVolumeMounts
+*/}}
+{{- define "tlib.podTemplate" -}}
+{{- $vals := .root.Values -}}
+metadata:
+  labels:
+    {{- include "tlib.labels" .root | nindent 4 }}
+spec:
+  {{- with $vals.serviceAccountName }}
+  serviceAccountName: {{ . }}
+  {{- end }}
+  {{- with $vals.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $vals.podSecurityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .group.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .group.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .group.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  containers:
+    - name: {{ .containerName }}
+      image: {{ include "tlib.image" .root }}
+      imagePullPolicy: {{ $vals.image.pullPolicy }}
+      {{- with .command }}
+      command:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .args }}
+      args:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with include "tlib.env" . }}
+      env:
+        {{- . | nindent 8 }}
+      {{- end }}
+      {{- with .ports }}
+      ports:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      resources:
+        {{- include "tlib.resources" . | nindent 8 }}
+      {{- with include "tlib.containerSecurityContext" . | fromYaml }}
+      securityContext:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with include "tlib.volumeMounts" . }}
+      volumeMounts:
+        {{- . | nindent 8 }}
+      {{- end }}
+  {{- with include "tlib.volumes" . }}
+  volumes:
+    {{- . | nindent 4 }}
+  {{- end }}
+{{- end -}}

@@ -1,0 +1,71 @@
+"""Apps of an environment: what to render, with which chart, release name, namespace and values.
+
+  ray-cluster       the standing RayCluster: values = cluster < rayCluster.values     (if rayCluster.enabled)
+  job-<name>        one per entry of `jobs`: entry = jobDefaults < jobs.<name>;
+                    values = (cluster < entry.cluster) + {job: entry.job}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import charts, schema_check
+from .environments import Environment
+from .errors import RenderError, RenderErrors
+from .layers import Layer, merge
+
+CLUSTER_APP = "ray-cluster"
+JOB_PREFIX = "job-"
+
+
+@dataclass
+class App:
+    env: str
+    name: str            # directory under apps/<env>/
+    release: str         # helm release name (the resource name)
+    chart: charts.Chart
+    namespace: str
+    values: Layer        # chart values with provenance
+
+    @property
+    def key(self) -> str:
+        return f"{self.env}/{self.name}"
+
+
+def compose(root: Path, env: Environment) -> list[App]:
+    layer = env.layer
+    cluster = layer.sub("cluster")
+    apps, errors = [], []
+
+    def add(name, release, chart_name, chart_path, values: Layer):
+        try:
+            chart = charts.find(root, chart_name, layer.locate(chart_path) if chart_path else None)
+        except RenderError as exc:
+            errors.append(exc)
+            return
+        what = f"values of chart {chart.name!r} (app {name!r})"
+        errors.extend(schema_check.check(values, schema_check.load_schema(chart.schema_path), what,
+                                         skip_required=True))
+        apps.append(App(env.name, name, release, chart, env.namespace, values))
+
+    rc = layer.get("rayCluster", default={}) or {}
+    if rc.get("enabled", True):
+        chart_path = ("rayCluster", "chart") if "chart" in rc else None
+        add(CLUSTER_APP, rc.get("name", "ray"), rc.get("chart", "ray-cluster"), chart_path,
+            merge(cluster, layer.sub("rayCluster", "values") if "values" in rc else Layer({}, {})))
+
+    defaults = layer.sub("jobDefaults") if layer.get("jobDefaults") else Layer({}, {})
+    for job_name in sorted(layer.get("jobs", default={}) or {}):
+        entry = merge(defaults, layer.sub("jobs", job_name))
+        if not entry.data.get("enabled", True):
+            continue
+        chart_path = ("jobs", job_name, "chart") if "chart" in (layer.get("jobs", job_name) or {}) else (
+            ("jobDefaults", "chart") if "chart" in (layer.get("jobDefaults") or {}) else None)
+        values = merge(cluster, entry.sub("cluster") if "cluster" in entry.data else Layer({}, {}))
+        if "job" in entry.data:
+            values = merge(values, entry.sub("job").under("job"))
+        add(JOB_PREFIX + job_name, job_name, entry.data.get("chart", "ray-job"), chart_path, values)
+
+    if errors:
+        raise RenderErrors(errors)
+    return apps

@@ -1,0 +1,175 @@
+"""python -m generator <command>: render, check-rendered, chart-schemas, lint, values, environments."""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from . import apps as apps_mod
+from . import charts, environments, helm, render
+from .errors import RenderError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _root(args) -> Path:
+    return Path(args.root).resolve() if args.root else ROOT
+
+
+def _progress(enabled: bool):
+    if not enabled:
+        return None
+
+    def show(done, total, key):
+        sys.stderr.write(f"\r[render] {done}/{total} apps  {key:<60.60}")
+        if done == total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+    return show
+
+
+def cmd_render(args) -> int:
+    root = _root(args)
+    envs = [args.env] if args.env else None
+    stats = render.render(root, envs, Path(args.out) if args.out else None, args.jobs,
+                          _progress(sys.stderr.isatty()))
+    dest = args.out or "apps/"
+    for env, n in stats.per_env.items():
+        print(f"rendered {env}: {n} apps")
+    print(f"{stats.files} files in {dest} from {stats.helm_calls} helm calls in {stats.wall_seconds:.2f} s")
+    return 0
+
+
+def tree_diff(expected: Path, actual: Path, envs: list[str]) -> list[str]:
+    """Unified diffs between two apps trees, limited to `envs`."""
+    out = []
+    for env in envs:
+        a_files = {p.relative_to(expected) for p in (expected / env).rglob("*") if p.is_file()}
+        b_files = {p.relative_to(actual) for p in (actual / env).rglob("*") if p.is_file()} if (actual / env).exists() else set()
+        for rel in sorted(a_files | b_files):
+            a = (expected / rel).read_text().splitlines(keepends=True) if rel in a_files else []
+            b = (actual / rel).read_text().splitlines(keepends=True) if rel in b_files else []
+            if a != b:
+                out.extend(difflib.unified_diff(b, a, f"apps/{rel} (committed)", f"apps/{rel} (fresh render)"))
+    return out
+
+
+def cmd_check_rendered(args) -> int:
+    root = _root(args)
+    envs = [args.env] if args.env else environments.names(root)
+    stale_schemas = charts.write_schemas(root, check_only=True)
+    with tempfile.TemporaryDirectory(prefix="check-rendered-") as tmp:
+        render.render(root, envs, Path(tmp), args.jobs)
+        diff = tree_diff(Path(tmp), root / render.APPS_DIR, envs)
+        extra = []
+        if not args.env and (root / render.APPS_DIR).is_dir():
+            extra = [p.name for p in (root / render.APPS_DIR).iterdir() if p.is_dir() and p.name not in envs]
+    for path in stale_schemas:
+        print(f"{path.relative_to(root)} is stale: run `python -m generator chart-schemas`")
+    for name in extra:
+        print(f"apps/{name}/ has no environment file: run `make render` to remove it")
+    if diff:
+        sys.stdout.writelines(diff)
+        print("\napps/ differs from a fresh render of environments/ and charts/: run `make render` and commit.")
+    if diff or stale_schemas or extra:
+        return 1
+    print(f"apps/ is up to date ({', '.join(envs)})")
+    return 0
+
+
+def cmd_chart_schemas(args) -> int:
+    root = _root(args)
+    stale = charts.write_schemas(root, check_only=args.check)
+    for path in stale:
+        print(f"{'stale' if args.check else 'wrote'} {path.relative_to(root)}")
+    return 1 if (args.check and stale) else 0
+
+
+def cmd_lint(args) -> int:
+    """helm lint --strict of every chart with each environment's composed values (and on its defaults)."""
+    root = _root(args)
+    envs = [args.env] if args.env else environments.names(root)
+    failures = 0
+    for chart in charts.available(root).values():
+        helm.lint(root, chart.path, "default", "1.34.0", None, f"charts/{chart.name} (defaults)")
+        print(f"lint charts/{chart.name} (defaults): ok")
+    for name in envs:
+        env = environments.load(root, name)
+        for app in apps_mod.compose(root, env):
+            try:
+                helm.lint(root, app.chart.path, app.namespace, env.kubernetes_version, app.values.data,
+                          f"lint {app.key} (charts/{app.chart.name})")
+                print(f"lint {app.key} (charts/{app.chart.name}): ok")
+            except RenderError as exc:
+                print(exc)
+                failures += 1
+    return 1 if failures else 0
+
+
+def cmd_values(args) -> int:
+    root = _root(args)
+    env = environments.load(root, args.env)
+    if not args.app:
+        json.dump(env.doc, sys.stdout, indent=2, sort_keys=True)
+        print()
+        return 0
+    for app in apps_mod.compose(root, env):
+        if app.name == args.app:
+            json.dump(app.values.data, sys.stdout, indent=2, sort_keys=True)
+            print()
+            return 0
+    raise RenderError(f"environment {args.env!r} has no app {args.app!r}; its apps: "
+                      + ", ".join(a.name for a in apps_mod.compose(root, env)))
+
+
+def cmd_environments(args) -> int:
+    for name in environments.names(_root(args)):
+        print(name)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m generator", description=__doc__)
+    parser.add_argument("--root", help="repository root (default: this checkout)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("render", help="render environments into apps/ (all, or --env)")
+    p.add_argument("--env", help="one environment (default: every environment)")
+    p.add_argument("--out", help="write a fresh tree here instead of swapping into apps/")
+    p.add_argument("--jobs", type=int, help="parallel helm calls (default: CPU count, at least 2)")
+    p.set_defaults(func=cmd_render)
+
+    p = sub.add_parser("check-rendered", help="render to a temporary directory and compare with apps/")
+    p.add_argument("--env")
+    p.add_argument("--jobs", type=int)
+    p.set_defaults(func=cmd_check_rendered)
+
+    p = sub.add_parser("chart-schemas", help="compose each chart's values.schema.json from the shared schema")
+    p.add_argument("--check", action="store_true", help="only report stale files (exit 1 if any)")
+    p.set_defaults(func=cmd_chart_schemas)
+
+    p = sub.add_parser("lint", help="helm lint --strict every chart with every environment's values")
+    p.add_argument("--env")
+    p.set_defaults(func=cmd_lint)
+
+    p = sub.add_parser("values", help="print an environment's composed document, or one app's chart values")
+    p.add_argument("--env", required=True)
+    p.add_argument("--app")
+    p.set_defaults(func=cmd_values)
+
+    p = sub.add_parser("environments", help="list the environments")
+    p.set_defaults(func=cmd_environments)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except RenderError as exc:
+        print(f"error: {exc}" if "\n" not in str(exc) else f"error:\n{exc}", file=sys.stderr)
+        return 1

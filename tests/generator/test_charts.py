@@ -1,0 +1,75 @@
+"""Each chart on its own: renders on its defaults, its schema rejects unknown keys and wrong types, lint passes."""
+import subprocess
+
+import pytest
+import yaml
+
+from generator import charts
+from tests.conftest import REPO, run_generator
+
+CHARTS = sorted(charts.available(REPO))
+
+
+def helm(helm_bin, *args):
+    return subprocess.run([helm_bin, *args], capture_output=True, text=True, cwd=REPO)
+
+
+def test_there_are_charts():
+    assert {"ray-cluster", "ray-job"} <= set(CHARTS)
+
+
+@pytest.mark.parametrize("chart", CHARTS)
+def test_chart_renders_on_its_defaults_alone(helm_bin, chart):
+    proc = helm(helm_bin, "template", f"charts/{chart}")
+    assert proc.returncode == 0, proc.stderr
+    kinds = {d["kind"] for d in yaml.safe_load_all(proc.stdout) if d}
+    assert kinds & {"RayCluster", "RayJob", "PyTorchJob"}
+
+
+@pytest.mark.parametrize("chart", CHARTS)
+def test_chart_lints_strict_on_its_defaults(helm_bin, chart):
+    proc = helm(helm_bin, "lint", "--strict", f"charts/{chart}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("chart", CHARTS)
+def test_schema_rejects_unknown_keys(helm_bin, chart):
+    for bad in ("bogus=1", "head.bogus=1", "image.registry=x"):
+        proc = helm(helm_bin, "template", f"charts/{chart}", "--set", bad)
+        assert proc.returncode != 0, bad
+        assert "additional properties" in proc.stderr or "not allowed" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("chart", CHARTS)
+def test_schema_rejects_wrong_types(helm_bin, chart):
+    for bad in ("head.gpus=two", "workerGroups.workers.replicas=many", "shm.enabled=maybe"):
+        proc = helm(helm_bin, "template", f"charts/{chart}", "--set-string" if "=" in bad else "--set", bad)
+        assert proc.returncode != 0, bad
+        assert "want" in proc.stderr or "expected" in proc.stderr, proc.stderr
+
+
+def test_ray_job_on_an_existing_cluster_has_no_embedded_cluster(helm_bin):
+    proc = helm(helm_bin, "template", "charts/ray-job", "--set", "job.clusterSelector.ray\\.io/cluster=shared")
+    assert proc.returncode == 0, proc.stderr
+    job = next(d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "RayJob")
+    assert job["spec"]["clusterSelector"] == {"ray.io/cluster": "shared"}
+    assert "rayClusterSpec" not in job["spec"]
+
+
+def test_efa_family_is_checked(helm_bin):
+    proc = helm(helm_bin, "template", "charts/ray-cluster", "--set", "efa.enabled=true",
+                "--set", "head.gpus=1", "--set", "efa.instanceFamily=p4d")
+    assert proc.returncode == 0, proc.stderr
+    head = yaml.safe_load(proc.stdout.split("---")[-1])["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in head["env"]}
+    assert env["FI_EFA_USE_DEVICE_RDMA"] == "1" and head["resources"]["limits"]["vpc.amazonaws.com/efa"] == "4"
+
+
+def test_chart_schemas_are_up_to_date():
+    assert charts.write_schemas(REPO, check_only=True) == [], "run `python -m generator chart-schemas`"
+
+
+def test_lint_strict_with_every_environments_values():
+    proc = run_generator(REPO, "lint")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "lint minikube/ray-cluster" in proc.stdout and "lint eks/job-digits-torch" in proc.stdout

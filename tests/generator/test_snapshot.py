@@ -1,0 +1,78 @@
+"""What the committed render of each environment must say (the snapshot's meaning, not only its bytes)."""
+import pytest
+import yaml
+
+from tests.conftest import REPO
+
+APPS = REPO / "apps"
+
+
+def load(rel):
+    return yaml.safe_load((APPS / rel).read_text())
+
+
+def pods(spec):
+    """(role, podSpec, group) of a rayClusterSpec."""
+    yield "head", spec["headGroupSpec"]["template"]["spec"], spec["headGroupSpec"]
+    for group in spec.get("workerGroupSpecs", []):
+        yield group["groupName"], group["template"]["spec"], group
+
+
+def test_minikube_cluster_is_one_head_and_two_cpu_workers():
+    cluster = load("minikube/ray-cluster/raycluster-minikube-ray.yaml")
+    spec = cluster["spec"]
+    workers = spec["workerGroupSpecs"]
+    assert [g["replicas"] for g in workers] == [2]
+    for role, pod, _ in pods(spec):
+        res = pod["containers"][0]["resources"]
+        assert res["requests"] == {"cpu": "2", "memory": "4Gi"} == res["limits"], role
+        assert "nvidia.com/gpu" not in res["limits"]
+    ports = {p["name"]: p["containerPort"] for p in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
+
+
+def test_minikube_dashboard_and_client_on_node_ports():
+    svc = load("minikube/ray-cluster/service-minikube-ray-dashboard.yaml")
+    assert svc["spec"]["type"] == "NodePort"
+    ports = {p["name"]: (p["port"], p["nodePort"]) for p in svc["spec"]["ports"]}
+    assert ports == {"dashboard": (8265, 30265), "client": (10001, 30001)}
+    assert svc["spec"]["selector"] == {"ray.io/cluster": "minikube-ray", "ray.io/node-type": "head"}
+
+
+def test_eks_gpu_workers_carry_gpu_and_efa():
+    job = load("eks/job-digits-torch/rayjob-digits-torch.yaml")
+    spec = job["spec"]["rayClusterSpec"]
+    groups = {g["groupName"]: g for g in spec["workerGroupSpecs"]}
+    assert list(groups) == ["gpu-g5"]
+    assert groups["gpu-g5"]["replicas"] == 3
+    for role, pod, _ in pods(spec):
+        limits = pod["containers"][0]["resources"]["limits"]
+        assert limits["nvidia.com/gpu"] == "1" and limits["vpc.amazonaws.com/efa"] == "1", role
+        assert pod["nodeSelector"] == {"node.kubernetes.io/instance-type": "g5.8xlarge"}
+    assert spec["authOptions"] == {"mode": "token", "secretName": "ray-auth-token"}
+
+
+def test_eks_standing_cluster_autoscales_and_job_clusters_do_not():
+    cluster = load("eks/ray-cluster/raycluster-eks-ray.yaml")["spec"]
+    assert cluster["enableInTreeAutoscaling"] is True
+    job = load("eks/job-digits-torch/rayjob-digits-torch.yaml")["spec"]["rayClusterSpec"]
+    assert "enableInTreeAutoscaling" not in job
+
+
+@pytest.mark.parametrize("env", ["minikube", "eks"])
+def test_every_ray_pod_has_shared_memory(env):
+    for path in (APPS / env).rglob("ray*.yaml"):
+        doc = yaml.safe_load(path.read_text())
+        spec = doc["spec"].get("rayClusterSpec", doc["spec"])
+        for role, pod, _ in pods(spec):
+            shm = [v for v in pod["volumes"] if v["name"] == "shm"]
+            assert shm and shm[0]["emptyDir"]["medium"] == "Memory" and shm[0]["emptyDir"]["sizeLimit"], (path, role)
+            assert {"name": "shm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+
+
+def test_jobs_run_the_training_entrypoint_with_their_spec():
+    for env in ("minikube", "eks"):
+        job = load(f"{env}/job-digits-torch/rayjob-digits-torch.yaml")
+        assert job["spec"]["entrypoint"] == "python -m training run /etc/training/spec.yaml"
+        head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+        assert {"configMap": {"name": "digits-torch-spec"}, "name": "training-spec"} in head["volumes"]

@@ -1,0 +1,228 @@
+"""CRD ``openAPIV3Schema`` -> strict JSON Schema, the way kubeconform's openapi2jsonschema does for ``-strict``.
+
+Conversion rules (each guards against a way a custom resource could slip through or be wrongly rejected):
+
+* objects that declare ``properties`` get ``additionalProperties: false`` (unknown fields are rejected),
+  unless they carry ``x-kubernetes-preserve-unknown-fields: true``;
+* ``x-kubernetes-int-or-string: true`` (and the older ``format: int-or-string``) -> integer or string;
+* ``x-kubernetes-embedded-resource: true`` objects also accept ``apiVersion``/``kind``/``metadata``;
+* ``nullable: true`` -> ``null`` is accepted as well;
+* the top level always accepts ``apiVersion``, ``kind`` and ``metadata`` and nothing undeclared.
+
+Unlike openapi2jsonschema, ``additionalProperties: false`` is not added inside ``allOf``/``anyOf``/``oneOf``/``not``
+branches (a branch restricts the main schema, it does not redeclare it), and the top level is strict as well
+(openapi2jsonschema only does that with DENY_ROOT_ADDITIONAL_PROPERTIES).
+
+CEL rules (``x-kubernetes-validations``) and list-map key uniqueness are not evaluated (kubeconform does not
+either); the API server checks them at apply time.
+
+CRD files are parsed lazily (only files that mention the requested kind) and cached per process.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from .schema_location import find_crd_files
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class CrdSchema:
+    group: str
+    version: str
+    kind: str
+    source: Path
+    schema: dict  # already converted to strict JSON Schema
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    @property
+    def kubeconform_filename(self) -> str:
+        return kubeconform_filename(self.kind, self.api_version)
+
+
+def kubeconform_filename(kind: str, api_version: str) -> str:
+    """``{{ .ResourceKind }}{{ .KindSuffix }}.json`` as kubeconform expands it (and openapi2jsonschema writes it
+    with ``FILENAME_FORMAT={kind}-{group}-{version}``): lowercase kind, first label of the group, version.
+
+    ``RayCluster`` ``ray.io/v1`` -> ``raycluster-ray-v1.json``; ``Service`` ``v1`` -> ``service-v1.json``.
+    """
+    parts = api_version.split("/")
+    group_prefix = parts[0].split(".")[0].lower()
+    suffix = "-" + group_prefix
+    if len(parts) > 1:
+        suffix += "-" + parts[1].lower()
+    return f"{kind.lower()}{suffix}.json"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# OpenAPI v3 (structural schema) -> strict JSON Schema
+# ---------------------------------------------------------------------------------------------------------------
+
+_SCHEMA_MAP_KEYS = ("properties", "patternProperties")
+_SCHEMA_LIST_KEYS = ("allOf", "anyOf", "oneOf")
+_EMBEDDED_FIELDS = {
+    "apiVersion": {"type": "string"},
+    "kind": {"type": "string"},
+    "metadata": {"type": "object"},
+}
+
+
+def openapi_to_strict_jsonschema(openapi_schema: dict) -> dict:
+    """Convert one ``openAPIV3Schema`` (not modified) to a strict JSON Schema (draft 4 semantics)."""
+    schema = _convert(copy.deepcopy(openapi_schema), in_branch=False)
+    props = schema.setdefault("properties", {})
+    for name, field in _EMBEDDED_FIELDS.items():
+        props.setdefault(name, dict(field))
+    if not schema.get("x-kubernetes-preserve-unknown-fields"):
+        schema.setdefault("additionalProperties", False)
+    schema.setdefault("type", "object")
+    return schema
+
+
+def _convert(node: Any, in_branch: bool) -> Any:
+    if not isinstance(node, dict):
+        return node
+    if node.get("x-kubernetes-int-or-string") or node.get("format") == "int-or-string":
+        node.pop("type", None)
+        if node.get("format") == "int-or-string":
+            node.pop("format")
+        node.setdefault("anyOf", [{"type": "integer"}, {"type": "string"}])
+    if node.get("nullable") is True:
+        node_type = node.get("type")
+        if isinstance(node_type, str):
+            node["type"] = [node_type, "null"]
+        if isinstance(node.get("enum"), list) and None not in node["enum"]:
+            node["enum"] = node["enum"] + [None]
+    if node.get("x-kubernetes-embedded-resource"):
+        props = node.setdefault("properties", {})
+        for name, field in _EMBEDDED_FIELDS.items():
+            props.setdefault(name, dict(field))
+
+    for key in _SCHEMA_MAP_KEYS:
+        if isinstance(node.get(key), dict):
+            node[key] = {name: _convert(sub, in_branch=False) for name, sub in node[key].items()}
+    for key in _SCHEMA_LIST_KEYS:
+        if isinstance(node.get(key), list):
+            node[key] = [_convert(sub, in_branch=True) for sub in node[key]]
+    if isinstance(node.get("not"), dict):
+        node["not"] = _convert(node["not"], in_branch=True)
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = _convert(node["additionalProperties"], in_branch=False)
+    items = node.get("items")
+    if isinstance(items, dict):
+        node["items"] = _convert(items, in_branch=False)
+    elif isinstance(items, list):
+        node["items"] = [_convert(sub, in_branch=False) for sub in items]
+
+    if ("properties" in node and not in_branch and "additionalProperties" not in node
+            and not node.get("x-kubernetes-preserve-unknown-fields")):
+        node["additionalProperties"] = False
+    return node
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading CRDs from a schema location
+# ---------------------------------------------------------------------------------------------------------------
+
+# (path, mtime_ns, size) -> list of CrdSchema found in that file. Per process: tests and repeated environments
+# reuse converted schemas.
+_FILE_CACHE: dict[tuple[str, int, int], list[CrdSchema]] = {}
+_TEXT_CACHE: dict[tuple[str, int, int], str] = {}
+
+
+def _file_key(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return (str(path.resolve()), st.st_mtime_ns, st.st_size)
+
+
+def _crd_documents(data: Any) -> Iterator[dict]:
+    if not isinstance(data, dict):
+        return
+    if data.get("kind") == "CustomResourceDefinition":
+        yield data
+    elif isinstance(data.get("items"), list):  # a List of CRDs
+        for item in data["items"]:
+            yield from _crd_documents(item)
+
+
+def schemas_in_file(path: Path) -> list[CrdSchema]:
+    """All served versions with a schema, of all CRDs in one YAML file (cached per process)."""
+    key = _file_key(path)
+    if key in _FILE_CACHE:
+        return _FILE_CACHE[key]
+    found: list[CrdSchema] = []
+    with open(path, encoding="utf-8") as handle:
+        try:
+            documents = list(yaml.load_all(handle, Loader=_LOADER))
+        except yaml.YAMLError:
+            documents = []  # not a CRD we can use; other files may still serve the kind
+    for doc in documents:
+        for crd in _crd_documents(doc):
+            spec = crd.get("spec") or {}
+            group = spec.get("group")
+            kind = (spec.get("names") or {}).get("kind")
+            if not group or not kind:
+                continue
+            for version in spec.get("versions") or []:
+                if version.get("served") is False:
+                    continue
+                openapi = ((version.get("schema") or {}).get("openAPIV3Schema")
+                           or ((spec.get("validation") or {}).get("openAPIV3Schema")))
+                if not isinstance(openapi, dict):
+                    continue
+                found.append(CrdSchema(group=group, version=version["name"], kind=kind, source=path,
+                                       schema=openapi_to_strict_jsonschema(openapi)))
+    _FILE_CACHE[key] = found
+    return found
+
+
+def _file_text(path: Path) -> str:
+    key = _file_key(path)
+    if key not in _TEXT_CACHE:
+        _TEXT_CACHE[key] = path.read_text(encoding="utf-8", errors="replace")
+    return _TEXT_CACHE[key]
+
+
+class CrdSchemaStore:
+    """The CRD schemas under one schema location, looked up by apiVersion and kind."""
+
+    def __init__(self, location: Path):
+        self.location = Path(location)
+        self.files = find_crd_files(self.location)
+        self._by_gvk: dict[tuple[str, str, str], CrdSchema | None] = {}
+
+    @property
+    def has_crds(self) -> bool:
+        return any("CustomResourceDefinition" in _file_text(p) for p in self.files)
+
+    def _candidates(self, kind: str) -> list[Path]:
+        pattern = re.compile(r"^\s*kind:\s*['\"]?" + re.escape(kind) + r"['\"]?\s*$", re.MULTILINE)
+        return [p for p in self.files
+                if "CustomResourceDefinition" in _file_text(p) and pattern.search(_file_text(p))]
+
+    def lookup(self, api_version: str, kind: str) -> CrdSchema | None:
+        if "/" not in api_version:
+            return None
+        group, version = api_version.split("/", 1)
+        key = (group, version, kind)
+        if key not in self._by_gvk:
+            self._by_gvk[key] = None
+            for path in self._candidates(kind):
+                for crd in schemas_in_file(path):
+                    if (crd.group, crd.version, crd.kind) == key:
+                        self._by_gvk[key] = crd
+                        break
+                if self._by_gvk[key] is not None:
+                    break
+        return self._by_gvk[key]
