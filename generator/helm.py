@@ -17,10 +17,17 @@ from .errors import RenderError
 MIN_VERSION = (3, 14)
 
 
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def binary(root: Path | None = None) -> str:
+    """$HELM, else this project's .tools/bin/helm, else a helm >= 3.14 on PATH."""
+    return _binary(os.environ.get("HELM"))
+
+
 @functools.lru_cache(maxsize=None)
-def binary(root: Path) -> str:
-    """$HELM, else the project's .tools/bin/helm, else a helm >= 3.14 on PATH."""
-    candidates = [os.environ.get("HELM"), str(root / ".tools" / "bin" / "helm"), shutil.which("helm")]
+def _binary(env_helm) -> str:
+    candidates = [env_helm, str(PROJECT / ".tools" / "bin" / "helm"), shutil.which("helm")]
     seen = []
     for candidate in candidates:
         if not candidate or not Path(candidate).is_file():

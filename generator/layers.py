@@ -12,14 +12,16 @@ Merge rules (documented in the README):
 from __future__ import annotations
 
 import copy
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError
+import yaml
 
 from .errors import Location, RenderError, dotted
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
+_Constructor = yaml.SafeLoader  # builds scalars the way safe_load does
 
 
 @dataclass
@@ -60,55 +62,65 @@ class Layer:
 
 
 def load_yaml(path: Path, display: str) -> Layer:
-    """Load one YAML file as a Layer; a syntax error names file:line:column."""
-    yaml = YAML(typ="rt")
+    """Load one YAML file as a Layer; a syntax error (or a duplicate key) names file:line:column."""
     try:
         text = path.read_text()
     except OSError as exc:
         raise RenderError(f"cannot read: {exc.strerror}", Location(display)) from None
+    return _cached_load(text, display)
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_load(text: str, display: str) -> Layer:
+    layer = _load_text(text, display)
+    return Layer(layer.data, layer.origins)
+
+
+def _load_text(text: str, display: str) -> Layer:
     try:
-        doc = yaml.load(text)
-    except MarkedYAMLError as exc:
+        node = yaml.compose(text, Loader=_Loader)
+        origins: dict = {(): Location(display, 1, ())}
+        data = {} if node is None else _build(node, (), display, origins, _Constructor(""))
+    except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         what = str(exc.problem or "")
         if exc.context:
             started = f" (started at line {exc.context_mark.line + 1})" if exc.context_mark else ""
             what = f"{exc.context}{started}: {what}"
+        if len(what) > 300:
+            what = what[:300] + " ..."
         raise RenderError(f"YAML syntax error: {what}",
                           Location(display, mark.line + 1, column=mark.column + 1) if mark else Location(display)) from None
-    if doc is None:
-        doc = CommentedMap()
-    if not isinstance(doc, dict):
+    if not isinstance(data, dict):
         raise RenderError("expected a mapping at the top of the file", Location(display, 1))
-    origins: dict = {(): Location(display, 1, ())}
-    return Layer(_plain(doc, (), display, origins), origins)
+    return Layer(data, origins)
 
 
-def _plain(node, path, display, origins):
-    """ruamel round-trip nodes -> plain Python, recording each key's line."""
-    if isinstance(node, CommentedMap):
+def _build(node, path, display, origins, constructor):
+    """YAML nodes (composed by libyaml, with their marks) -> plain Python, recording each key's line."""
+    if isinstance(node, yaml.MappingNode):
+        constructor.flatten_mapping(node)  # `<<: *anchor` merge keys
         out = {}
-        for key, value in node.items():
-            line = node.lc.key(key)[0] + 1 if node.lc.data and key in node.lc.data else None
-            origins[path + (key,)] = Location(display, line, path + (key,))
-            out[str(key) if not isinstance(key, (str, int)) else key] = _plain(value, path + (key,), display, origins)
+        for key_node, value_node in node.value:
+            key = constructor.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, bool)) and key is not None:
+                raise yaml.MarkedYAMLError("while reading a mapping", node.start_mark,
+                                           f"unsupported key {key!r}", key_node.start_mark)
+            if key in out:
+                raise yaml.MarkedYAMLError("while reading a mapping", node.start_mark,
+                                           f"duplicate key {key!r}", key_node.start_mark)
+            sub = path + (key,)
+            origins[sub] = Location(display, key_node.start_mark.line + 1, sub)
+            out[key] = _build(value_node, sub, display, origins, constructor)
         return out
-    if isinstance(node, CommentedSeq):
+    if isinstance(node, yaml.SequenceNode):
         out = []
-        for i, value in enumerate(node):
-            line = node.lc.item(i)[0] + 1 if node.lc.data and i in node.lc.data else None
-            origins[path + (i,)] = Location(display, line, path + (i,))
-            out.append(_plain(value, path + (i,), display, origins))
+        for i, item in enumerate(node.value):
+            sub = path + (i,)
+            origins[sub] = Location(display, item.start_mark.line + 1, sub)
+            out.append(_build(item, sub, display, origins, constructor))
         return out
-    if isinstance(node, str):
-        return str(node)
-    if isinstance(node, bool) or node is None:
-        return node
-    if isinstance(node, int):
-        return int(node)
-    if isinstance(node, float):
-        return float(node)
-    return node
+    return constructor.construct_object(node, deep=True)
 
 
 def merge(base: Layer, overlay: Layer) -> Layer:
