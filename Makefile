@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered lint chart-schemas values test bench-render clean
+.PHONY: help setup setup-base render check-rendered diff lint chart-schemas values test bench-render clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -21,6 +21,9 @@ render: setup-base ## render environments into apps/ (ENV=eks for one; default a
 
 check-rendered: setup-base ## fail (with the diff) when apps/ differs from a fresh render
 	@$(PY) -m generator check-rendered $(ENV_FLAG)
+
+diff: setup-base ## the rendered diff between BASE (default origin/main) and the working tree (FORMAT=markdown|text)
+	@$(PY) -m generator diff --base $(or $(BASE),origin/main) $(if $(FORMAT),--format $(FORMAT))
 
 lint: setup-base ## helm lint --strict every chart with every environment's values
 	@$(PY) -m generator lint $(ENV_FLAG)

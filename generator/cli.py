@@ -1,4 +1,4 @@
-"""python -m generator <command>: render, check-rendered, chart-schemas, lint, values, environments."""
+"""python -m generator <command>: render, check-rendered, diff, chart-schemas, lint, values, environments."""
 from __future__ import annotations
 
 import argparse
@@ -126,6 +126,15 @@ def cmd_values(args) -> int:
                       + ", ".join(a.name for a in apps_mod.compose(root, env)))
 
 
+def cmd_diff(args) -> int:
+    from . import diff
+
+    fmt = args.format or ("text" if sys.stdout.isatty() else "markdown")
+    text, _ = diff.rendered_diff(_root(args), args.base, fmt)
+    sys.stdout.write(text)
+    return 0
+
+
 def cmd_environments(args) -> int:
     for name in environments.names(_root(args)):
         print(name)
@@ -160,6 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", required=True)
     p.add_argument("--app")
     p.set_defaults(func=cmd_values)
+
+    p = sub.add_parser("diff", help="the rendered difference between a base git ref and the working tree")
+    p.add_argument("--base", default="origin/main", help="base git ref (default: origin/main)")
+    p.add_argument("--format", choices=["text", "markdown"],
+                   help="default: text on a terminal, markdown otherwise (a PR comment)")
+    p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("environments", help="list the environments")
     p.set_defaults(func=cmd_environments)

@@ -65,6 +65,7 @@ def render_tree(root: Path, env_names: list[str], workers: int | None = None, st
     if errors:
         raise RenderErrors(errors)
 
+    helm.binary()  # fail once, before any work, when there is no helm
     jobs = [(env, app) for env, env_apps in loaded for app in env_apps]
     tree = {env.name: {} for env, _ in loaded}
     workers = workers or max(2, os.cpu_count() or 2)

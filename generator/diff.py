@@ -1,0 +1,137 @@
+"""The rendered difference between a base git ref and the working tree, for review.
+
+Both sides are rendered fresh: the base in a temporary git worktree, by the base's own generator (so the diff
+is right even when the base's committed apps/ was stale), the working tree by this one. Resources are compared
+as data, so key order and formatting are never a difference. Output is grouped environment -> app -> resource,
+with a summary (added / changed / removed per environment), as plain text or as markdown for a PR comment.
+"""
+from __future__ import annotations
+
+import difflib
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import helm, manifests, render
+from .errors import RenderError
+
+
+@dataclass
+class Change:
+    env: str
+    app: str
+    resource: str          # file name: <kind>-<name>.yaml
+    status: str            # added | changed | removed
+    diff: list = field(default_factory=list)
+
+
+def _load_tree(root: Path) -> dict:
+    """{(env, app, file): data} of a rendered tree."""
+    out = {}
+    for path in sorted(root.glob("*/*/*.yaml")):
+        env, app, name = path.relative_to(root).parts
+        out[(env, app, name)] = manifests.load(path.read_text())
+    return out
+
+
+def _canonical(doc) -> list[str]:
+    return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False, width=120).splitlines(keepends=True)
+
+
+def compare(base: Path, head: Path) -> list[Change]:
+    """Semantic comparison of two rendered trees."""
+    a, b = _load_tree(base), _load_tree(head)
+    changes = []
+    for key in sorted(set(a) | set(b)):
+        env, app, name = key
+        label = f"apps/{env}/{app}/{name}"
+        if key not in a:
+            changes.append(Change(env, app, name, "added", list(difflib.unified_diff([], _canonical(b[key]), "/dev/null", label))))
+        elif key not in b:
+            changes.append(Change(env, app, name, "removed", list(difflib.unified_diff(_canonical(a[key]), [], label, "/dev/null"))))
+        elif a[key] != b[key]:
+            changes.append(Change(env, app, name, "changed",
+                                  list(difflib.unified_diff(_canonical(a[key]), _canonical(b[key]), label, label))))
+    return changes
+
+
+def summary(changes: list[Change], envs: list[str]) -> dict:
+    table = {env: {"added": 0, "changed": 0, "removed": 0} for env in envs}
+    for c in changes:
+        table.setdefault(c.env, {"added": 0, "changed": 0, "removed": 0})[c.status] += 1
+    return table
+
+
+def format_text(changes: list[Change], envs: list[str], base_ref: str) -> str:
+    lines = [f"Rendered diff: {base_ref} -> working tree", ""]
+    for env, counts in summary(changes, envs).items():
+        lines.append(f"  {env:<16} {counts['added']:>3} added  {counts['changed']:>3} changed  {counts['removed']:>3} removed")
+    if not changes:
+        lines += ["", "No rendered change."]
+    current = (None, None)
+    for c in changes:
+        if c.env != current[0]:
+            lines += ["", f"== {c.env} =="]
+        if (c.env, c.app) != current:
+            lines.append(f"-- {c.app}")
+            current = (c.env, c.app)
+        lines.append(f"   {c.status}: {c.resource}")
+        lines += ["      " + l.rstrip("\n") for l in c.diff]
+    return "\n".join(lines) + "\n"
+
+
+def format_markdown(changes: list[Change], envs: list[str], base_ref: str) -> str:
+    out = [f"### Rendered diff: `{base_ref}` → this branch", "",
+           "| environment | added | changed | removed |", "| --- | ---: | ---: | ---: |"]
+    for env, counts in summary(changes, envs).items():
+        out.append(f"| {env} | {counts['added']} | {counts['changed']} | {counts['removed']} |")
+    if not changes:
+        out += ["", "No rendered change."]
+    current = (None, None)
+    for c in changes:
+        if c.env != current[0]:
+            out += ["", f"#### {c.env}"]
+        if (c.env, c.app) != current:
+            out += ["", f"**{c.app}**", ""]
+            current = (c.env, c.app)
+        out += [f"<details><summary>{c.status}: <code>{c.resource}</code></summary>", "", "```diff",
+                *[l.rstrip("\n") for l in c.diff], "```", "</details>"]
+    return "\n".join(out) + "\n"
+
+
+def render_ref(repo: Path, ref: str, dest: Path) -> None:
+    """Render `ref` of `repo` into `dest`, in a temporary worktree, with that ref's own generator."""
+    with tempfile.TemporaryDirectory(prefix="diff-base-") as tmp:
+        worktree = Path(tmp) / "wt"
+        proc = subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", str(worktree), ref],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RenderError(f"cannot check out base ref {ref!r}: {proc.stderr.strip()}")
+        try:
+            if not (worktree / "generator").is_dir() or not (worktree / "environments").is_dir():
+                dest.mkdir(parents=True, exist_ok=True)  # before the generator existed: nothing was rendered
+                return
+            environ = dict(os.environ, HELM=helm.binary())  # the worktree has no .tools of its own
+            proc = subprocess.run([sys.executable, "-m", "generator", "--root", str(worktree), "render", "--out",
+                                   str(dest)], capture_output=True, text=True, cwd=worktree, env=environ)
+            if proc.returncode != 0:
+                raise RenderError(f"rendering base ref {ref!r} failed:\n{proc.stderr.strip()}")
+        finally:
+            subprocess.run(["git", "-C", str(repo), "worktree", "remove", "--force", str(worktree)],
+                           capture_output=True, text=True)
+
+
+def rendered_diff(repo: Path, base_ref: str, fmt: str) -> tuple[str, list[Change]]:
+    with tempfile.TemporaryDirectory(prefix="diff-") as tmp:
+        base, head = Path(tmp) / "base", Path(tmp) / "head"
+        render_ref(repo, base_ref, base)
+        render.render(repo, None, head)
+        changes = compare(base, head)
+        envs = sorted({p.name for p in base.iterdir() if p.is_dir()} | {p.name for p in head.iterdir() if p.is_dir()})
+    text = (format_markdown if fmt == "markdown" else format_text)(changes, envs, base_ref)
+    return text, changes
