@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered diff lint chart-schemas values test bench-render clean
+.PHONY: help setup setup-base render check-rendered diff validate schemas lint chart-schemas values test bench-render clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -24,6 +24,12 @@ check-rendered: setup-base ## fail (with the diff) when apps/ differs from a fre
 
 diff: setup-base ## the rendered diff between BASE (default origin/main) and the working tree (FORMAT=markdown|text)
 	@$(PY) -m generator diff --base $(or $(BASE),origin/main) $(if $(FORMAT),--format $(FORMAT))
+
+validate: setup-base ## helm lint, schema validation (SCHEMAS=dir of CRDs) and policy checks of every environment
+	@$(PY) -m generator validate $(ENV_FLAG) $(if $(SCHEMAS),--schema-location $(SCHEMAS))
+
+schemas: setup-base ## download the pinned upstream CRDs into .cache/schemas (needs network)
+	@$(PY) -m validation fetch-schemas
 
 lint: setup-base ## helm lint --strict every chart with every environment's values
 	@$(PY) -m generator lint $(ENV_FLAG)

@@ -1,5 +1,6 @@
 """Apps of an environment: what to render, with which chart, release name, namespace and values.
 
+  platform          namespace, quota, checkpoint storage: values = platform.values    (if platform.enabled)
   ray-cluster       the standing RayCluster: values = cluster < rayCluster.values     (if rayCluster.enabled)
   job-<name>        one per entry of `jobs`: entry = jobDefaults < jobs.<name>;
                     values = (cluster < entry.cluster) + {job: entry.job}
@@ -14,8 +15,13 @@ from .environments import Environment
 from .errors import RenderError, RenderErrors
 from .layers import Layer, merge
 
+PLATFORM_APP = "platform"
 CLUSTER_APP = "ray-cluster"
 JOB_PREFIX = "job-"
+# A RayJob is immutable once running (KubeRay ignores later spec changes), so a changed job must be a new
+# run: its release is rendered under this token, which is then replaced by a hash of everything rendered
+# for it (so any change, in values or in the chart, gives a new name; Argo CD prunes the old RayJob).
+HASH_TOKEN = "hhhhhhhh"
 
 
 @dataclass
@@ -26,6 +32,7 @@ class App:
     chart: charts.Chart
     namespace: str
     values: Layer        # chart values with provenance
+    hashed: bool = False  # release name carries HASH_TOKEN, replaced by a hash of the rendered output
 
     @property
     def key(self) -> str:
@@ -37,7 +44,7 @@ def compose(root: Path, env: Environment) -> list[App]:
     cluster = layer.sub("cluster")
     apps, errors = [], []
 
-    def add(name, release, chart_name, chart_path, values: Layer):
+    def add(name, release, chart_name, chart_path, values: Layer, hashed=False):
         try:
             chart = charts.find(root, chart_name, layer.locate(chart_path) if chart_path else None)
         except RenderError as exc:
@@ -46,7 +53,13 @@ def compose(root: Path, env: Environment) -> list[App]:
         what = f"values of chart {chart.name!r} (app {name!r})"
         errors.extend(schema_check.check(values, schema_check.load_schema(chart.schema_path), what,
                                          skip_required=True))
-        apps.append(App(env.name, name, release, chart, env.namespace, values))
+        apps.append(App(env.name, name, release, chart, env.namespace, values, hashed))
+
+    platform = layer.get("platform", default={}) or {}
+    if platform.get("enabled", True):
+        add(PLATFORM_APP, "platform", platform.get("chart", "platform"),
+            ("platform", "chart") if "chart" in platform else None,
+            layer.sub("platform", "values") if "values" in platform else Layer({}, {}))
 
     rc = layer.get("rayCluster", default={}) or {}
     if rc.get("enabled", True):
@@ -64,7 +77,8 @@ def compose(root: Path, env: Environment) -> list[App]:
         values = merge(cluster, entry.sub("cluster") if "cluster" in entry.data else Layer({}, {}))
         if "job" in entry.data:
             values = merge(values, entry.sub("job").under("job"))
-        add(JOB_PREFIX + job_name, job_name, entry.data.get("chart", "ray-job"), chart_path, values)
+        add(JOB_PREFIX + job_name, f"{job_name}-{HASH_TOKEN}", entry.data.get("chart", "ray-job"), chart_path,
+            values, hashed=True)
 
     if errors:
         raise RenderErrors(errors)

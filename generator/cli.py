@@ -1,4 +1,4 @@
-"""python -m generator <command>: render, check-rendered, diff, chart-schemas, lint, values, environments."""
+"""python -m generator <command>: render, check-rendered, diff, validate, lint, chart-schemas, values, environments."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from . import apps as apps_mod
-from . import charts, environments, helm, render
+from . import argocd, charts, environments, helm, render
 from .errors import RenderError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -44,18 +44,19 @@ def cmd_render(args) -> int:
     return 0
 
 
-def tree_diff(expected: Path, actual: Path, envs: list[str]) -> list[str]:
-    """Unified diffs between two apps trees, limited to `envs`."""
+def _text_diff(expected: dict, actual: dict, prefix: str) -> list[str]:
     out = []
-    for env in envs:
-        a_files = {p.relative_to(expected) for p in (expected / env).rglob("*") if p.is_file()}
-        b_files = {p.relative_to(actual) for p in (actual / env).rglob("*") if p.is_file()} if (actual / env).exists() else set()
-        for rel in sorted(a_files | b_files):
-            a = (expected / rel).read_text().splitlines(keepends=True) if rel in a_files else []
-            b = (actual / rel).read_text().splitlines(keepends=True) if rel in b_files else []
-            if a != b:
-                out.extend(difflib.unified_diff(b, a, f"apps/{rel} (committed)", f"apps/{rel} (fresh render)"))
+    for rel in sorted(set(expected) | set(actual)):
+        a = actual.get(rel, "").splitlines(keepends=True)
+        b = expected.get(rel, "").splitlines(keepends=True)
+        if a != b:
+            out.extend(difflib.unified_diff(a, b, f"{prefix}{rel} (committed)", f"{prefix}{rel} (fresh render)"))
     return out
+
+
+def _files(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()} \
+        if root.is_dir() else {}
 
 
 def cmd_check_rendered(args) -> int:
@@ -63,21 +64,29 @@ def cmd_check_rendered(args) -> int:
     envs = [args.env] if args.env else environments.names(root)
     stale_schemas = charts.write_schemas(root, check_only=True)
     with tempfile.TemporaryDirectory(prefix="check-rendered-") as tmp:
-        render.render(root, envs, Path(tmp), args.jobs)
-        diff = tree_diff(Path(tmp), root / render.APPS_DIR, envs)
+        fresh = Path(tmp) / "fresh"
+        render.render(root, None if not args.env else envs, fresh, args.jobs)
+        diff = []
+        for env in envs:
+            diff += _text_diff(_files(fresh / "apps" / env), _files(root / "apps" / env), f"apps/{env}/")
         extra = []
-        if not args.env and (root / render.APPS_DIR).is_dir():
-            extra = [p.name for p in (root / render.APPS_DIR).iterdir() if p.is_dir() and p.name not in envs]
+        if not args.env:
+            diff += _text_diff(argocd.generated_files(fresh / "argocd"), argocd.generated_files(root / "argocd"),
+                               "argocd/")
+            if (root / render.APPS_DIR).is_dir():
+                extra = [p.name for p in (root / render.APPS_DIR).iterdir() if p.is_dir() and p.name not in envs]
     for path in stale_schemas:
         print(f"{path.relative_to(root)} is stale: run `python -m generator chart-schemas`")
     for name in extra:
         print(f"apps/{name}/ has no environment file: run `make render` to remove it")
     if diff:
         sys.stdout.writelines(diff)
-        print("\napps/ differs from a fresh render of environments/ and charts/: run `make render` and commit.")
+        print("\nThe committed files differ from a fresh render of environments/ and charts/: run `make render` "
+              "and commit.")
     if diff or stale_schemas or extra:
         return 1
-    print(f"apps/ is up to date ({', '.join(envs)})")
+    print(f"apps/ and argocd/ are up to date ({', '.join(envs)})" if not args.env else
+          f"apps/{args.env}/ is up to date")
     return 0
 
 
@@ -108,6 +117,45 @@ def cmd_lint(args) -> int:
                 print(exc)
                 failures += 1
     return 1 if failures else 0
+
+
+def cmd_validate(args) -> int:
+    """make validate: helm lint, schema validation and policy checks of every environment (and argocd/)."""
+    from validation.env_facts import EnvFacts
+    from validation.kubeconform import KubeconformError
+    from validation.policy import check_policies
+    from validation.schema_location import MissingSchemasError
+    from validation.schema_validation import validate_manifests
+
+    root = _root(args)
+    envs = [args.env] if args.env else environments.names(root)
+    failed = cmd_lint(args) != 0
+    summaries = []
+    for name in envs:
+        env = environments.load(root, name)
+        try:
+            report = validate_manifests(root / "apps" / name, env.kubernetes_version, args.schema_location,
+                                        env_name=name)
+        except (MissingSchemasError, KubeconformError) as exc:
+            print(f"{name}: cannot validate: {exc}", file=sys.stderr)
+            return 2
+        print(report.render())
+        summaries.append(report.summary_line())
+        failed |= not report.ok
+        files = [root / f for f in env.files]
+        violations = check_policies(root / "apps" / name, EnvFacts.from_mapping(env.doc, name), files)
+        for violation in violations:
+            print(violation)
+        summaries.append(f"{name}: policy: {len(violations)} violations")
+        failed |= bool(violations)
+    if not args.env:
+        report = validate_manifests(root / "argocd" / "managed", environments.load(root, envs[0]).kubernetes_version,
+                                    args.schema_location, env_name="argocd")
+        print(report.render())
+        summaries.append(report.summary_line())
+        failed |= not report.ok
+    print("\n".join(["", "summary:"] + ["  " + s for s in summaries]))
+    return 1 if failed else 0
 
 
 def cmd_values(args) -> int:
@@ -164,6 +212,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("lint", help="helm lint --strict every chart with every environment's values")
     p.add_argument("--env")
     p.set_defaults(func=cmd_lint)
+
+    p = sub.add_parser("validate", help="helm lint, schema validation and policy checks (make validate)")
+    p.add_argument("--env")
+    p.add_argument("--schema-location", help="directory of CRDs (default: $RAY_GITOPS_SCHEMA_LOCATION, "
+                                             "else .cache/schemas)")
+    p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("values", help="print an environment's composed document, or one app's chart values")
     p.add_argument("--env", required=True)

@@ -8,6 +8,7 @@ with a summary (added / changed / removed per environment), as plain text or as 
 from __future__ import annotations
 
 import difflib
+import re
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from . import helm, manifests, render
+from . import argocd, environments, helm, manifests, render
 from .errors import RenderError
 
 
@@ -31,7 +32,7 @@ class Change:
 
 
 def _load_tree(root: Path) -> dict:
-    """{(env, app, file): data} of a rendered tree."""
+    """{(env, app, file): data} of a rendered apps tree (argocd/'s generated files as environment 'argocd')."""
     out = {}
     for path in sorted(root.glob("*/*/*.yaml")):
         env, app, name = path.relative_to(root).parts
@@ -39,17 +40,55 @@ def _load_tree(root: Path) -> dict:
     return out
 
 
+def _load_rendered(out: Path) -> dict:
+    """A rendered repository-shaped tree (out/apps, out/argocd); an older generator wrote apps at the top."""
+    apps = out / "apps" if (out / "apps").is_dir() else out
+    tree = _load_tree(apps)
+    argocd_dir = out / "argocd"
+    for rel, text in argocd.generated_files(argocd_dir).items():
+        parts = Path(rel).parts
+        tree[("argocd", parts[0] if len(parts) > 1 else ".", parts[-1])] = manifests.load(text)
+    return tree
+
+
 def _canonical(doc) -> list[str]:
     return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False, width=120).splitlines(keepends=True)
 
 
+_RUN_HASH = re.compile(r"-[0-9a-f]{8}(?=(-spec)?\.yaml$)")
+
+
+def _pair_runs(a: dict, b: dict) -> dict:
+    """A job's run hash changes with its spec: pair the old run's file with the new run's (same env, app, kind)."""
+    def runs(tree, other):
+        out = {}
+        for env, app, name in tree:
+            if (env, app, name) not in other and _RUN_HASH.search(name):
+                out.setdefault((env, app, _RUN_HASH.sub("", name)), []).append(name)
+        return out
+    old, new = runs(a, b), runs(b, a)
+    pairs = {}
+    for key in old.keys() & new.keys():
+        if len(old[key]) == 1 and len(new[key]) == 1:
+            pairs[(key[0], key[1], old[key][0])] = (key[0], key[1], new[key][0])
+    return pairs
+
+
 def compare(base: Path, head: Path) -> list[Change]:
     """Semantic comparison of two rendered trees."""
-    a, b = _load_tree(base), _load_tree(head)
+    a, b = _load_rendered(base), _load_rendered(head)
+    pairs = _pair_runs(a, b)
     changes = []
+    for old, new in pairs.items():
+        label_old, label_new = f"apps/{old[0]}/{old[1]}/{old[2]}", f"apps/{new[0]}/{new[1]}/{new[2]}"
+        changes.append(Change(new[0], new[1], f"{old[2]} -> {new[2]} (a new run)", "changed",
+                              list(difflib.unified_diff(_canonical(a[old]), _canonical(b[new]), label_old, label_new))))
+    paired = set(pairs) | set(pairs.values())
     for key in sorted(set(a) | set(b)):
+        if key in paired:
+            continue
         env, app, name = key
-        label = f"apps/{env}/{app}/{name}"
+        label = f"argocd/{app}/{name}".replace("/./", "/") if env == "argocd" else f"apps/{env}/{app}/{name}"
         if key not in a:
             changes.append(Change(env, app, name, "added", list(difflib.unified_diff([], _canonical(b[key]), "/dev/null", label))))
         elif key not in b:
@@ -57,7 +96,7 @@ def compare(base: Path, head: Path) -> list[Change]:
         elif a[key] != b[key]:
             changes.append(Change(env, app, name, "changed",
                                   list(difflib.unified_diff(_canonical(a[key]), _canonical(b[key]), label, label))))
-    return changes
+    return sorted(changes, key=lambda c: (c.env != "argocd", c.env, c.app, c.resource))
 
 
 def summary(changes: list[Change], envs: list[str]) -> dict:
@@ -132,6 +171,6 @@ def rendered_diff(repo: Path, base_ref: str, fmt: str) -> tuple[str, list[Change
         render_ref(repo, base_ref, base)
         render.render(repo, None, head)
         changes = compare(base, head)
-        envs = sorted({p.name for p in base.iterdir() if p.is_dir()} | {p.name for p in head.iterdir() if p.is_dir()})
+        envs = sorted({c.env for c in changes} | set(environments.names(repo)))
     text = (format_markdown if fmt == "markdown" else format_text)(changes, envs, base_ref)
     return text, changes

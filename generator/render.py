@@ -5,6 +5,7 @@ requested environment rendered, so a failed render leaves apps/ exactly as it wa
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -14,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import apps as apps_mod
-from . import environments, helm, manifests
+from . import argocd, environments, helm, manifests
 from .errors import RenderError, RenderErrors
 
 APPS_DIR = "apps"
+ARGOCD_DIR = "argocd"
 
 
 @dataclass
@@ -42,7 +44,11 @@ def _render_app(root: Path, env: environments.Environment, app: apps_mod.App) ->
                            app.values.data, f"app {app.key} (charts/{app.chart.name})")
     files = {}
     head = header(env, app)
-    for doc in manifests.split(result.stdout, f"app {app.key}"):
+    text = result.stdout
+    if app.hashed:
+        digest = hashlib.sha256(text.encode()).hexdigest()[: len(apps_mod.HASH_TOKEN)]
+        text = text.replace(apps_mod.HASH_TOKEN, digest)
+    for doc in manifests.split(text, f"app {app.key}"):
         name = manifests.filename(doc)
         if name in files:
             raise RenderError(f"app {app.key}: two resources render to the same file {name} "
@@ -52,8 +58,8 @@ def _render_app(root: Path, env: environments.Environment, app: apps_mod.App) ->
 
 
 def render_tree(root: Path, env_names: list[str], workers: int | None = None, stats: Stats | None = None,
-                progress=None) -> dict:
-    """{env: {app: {file: text}}} for the given environments; raises on any fault (all faults found)."""
+                progress=None) -> tuple[dict, list]:
+    """({env: {app: {file: text}}}, [Environment]) for the given environments; raises on any fault (all found)."""
     stats = stats if stats is not None else Stats()
     loaded, errors = [], []
     for name in env_names:
@@ -90,38 +96,60 @@ def render_tree(root: Path, env_names: list[str], workers: int | None = None, st
     stats.apps += len(jobs)
     for env, env_apps in loaded:
         stats.per_env[env.name] = len(env_apps)
-    return tree
+    return tree, [env for env, _ in loaded]
 
 
 def write_tree(tree: dict, dest: Path) -> None:
     for env, env_apps in tree.items():
+        (dest / env).mkdir(parents=True, exist_ok=True)
         for app, files in env_apps.items():
             app_dir = dest / env / app
             app_dir.mkdir(parents=True, exist_ok=True)
             for name, text in files.items():
                 (app_dir / name).write_text(text)
-        (dest / env).mkdir(parents=True, exist_ok=True)
+
+
+def write_files(files: dict, dest: Path) -> None:
+    for rel, text in files.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
 
 
 def render(root: Path, env_names: list[str] | None = None, out: Path | None = None, workers: int | None = None,
            progress=None) -> Stats:
-    """Render into `out` (a fresh tree), or swap the result into apps/ when `out` is None."""
+    """Render apps/ (and, for all environments, argocd/'s generated files).
+
+    With `out`, write a fresh repository-shaped tree there (out/apps/..., out/argocd/...); otherwise swap the
+    result into the repository, only after everything rendered.
+    """
     start = time.perf_counter()
     stats = Stats()
     all_envs = environments.names(root)
-    if env_names is None:
+    full = env_names is None
+    if full:
         env_names = all_envs
-    else:
-        for name in env_names:
-            if name not in all_envs:
-                raise RenderError(f"unknown environment {name!r}; known environments: {', '.join(all_envs) or 'none'}"
-                                  f" (each is a file environments/<name>.yaml)")
-    tree = render_tree(root, env_names, workers, stats, progress)
-    if out is not None:
-        write_tree(tree, out)
-    else:
-        stale = [] if len(env_names) < len(all_envs) else _stale_env_dirs(root / APPS_DIR, all_envs)
-        _swap_in(root, tree, stale)
+    for name in env_names:
+        if name not in all_envs:
+            raise RenderError(f"unknown environment {name!r}; known environments: {', '.join(all_envs) or 'none'}"
+                              f" (each is a file environments/<name>.yaml)")
+    tree, envs = render_tree(root, env_names, workers, stats, progress)
+    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=out.parent if out else root))
+    try:
+        write_tree(tree, staging / APPS_DIR)
+        argocd_files = argocd.render(root, envs, staging / APPS_DIR) if full else None
+        if argocd_files is not None:
+            write_files(argocd_files, staging / ARGOCD_DIR)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            for name in (APPS_DIR, ARGOCD_DIR):
+                if (staging / name).exists():
+                    shutil.rmtree(out / name, ignore_errors=True)
+                    os.rename(staging / name, out / name)
+        else:
+            stale = _stale_env_dirs(root / APPS_DIR, all_envs) if full else []
+            _swap_in(root, staging, list(tree), stale, argocd_files is not None)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     stats.wall_seconds = time.perf_counter() - start
     return stats
 
@@ -132,27 +160,29 @@ def _stale_env_dirs(apps_dir: Path, env_names) -> list[str]:
     return sorted(p.name for p in apps_dir.iterdir() if p.is_dir() and p.name not in env_names)
 
 
-def _swap_in(root: Path, tree: dict, stale: list[str]) -> None:
-    apps_dir = root / APPS_DIR
-    apps_dir.mkdir(exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".render-", dir=root))
+def _swap_in(root: Path, staging: Path, envs: list[str], stale: list[str], with_argocd: bool) -> None:
+    """Move the staged directories into place; on an OS error, put back what was there."""
+    moves = [(staging / APPS_DIR / env, root / APPS_DIR / env) for env in envs]
+    moves += [(None, root / APPS_DIR / env) for env in stale]
+    if with_argocd:
+        moves += [(staging / ARGOCD_DIR / "managed", root / ARGOCD_DIR / "managed"),
+                  (staging / ARGOCD_DIR / "root.yaml", root / ARGOCD_DIR / "root.yaml")]
+    old = staging / "old"
+    old.mkdir()
+    done = []
     try:
-        new, old = staging / "new", staging / "old"
-        write_tree(tree, new)
-        old.mkdir()
-        moved = []
-        try:
-            for env in list(tree) + stale:
-                if (apps_dir / env).exists():
-                    os.rename(apps_dir / env, old / env)
-                    moved.append(env)
-                if env in tree:
-                    os.rename(new / env, apps_dir / env)
-        except OSError:
-            for env in moved:  # put back what was there
-                if (apps_dir / env).exists():
-                    shutil.rmtree(apps_dir / env)
-                os.rename(old / env, apps_dir / env)
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        for i, (new, target) in enumerate(moves):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            backup = old / str(i)
+            if target.exists():
+                os.rename(target, backup)
+            done.append((target, backup))
+            if new is not None and new.exists():
+                os.rename(new, target)
+    except OSError:
+        for target, backup in reversed(done):
+            if target.exists():
+                shutil.rmtree(target) if target.is_dir() else target.unlink()
+            if backup.exists():
+                os.rename(backup, target)
+        raise

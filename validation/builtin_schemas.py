@@ -29,7 +29,8 @@ PACKAGE = "kubernetes_validate"
 # it as ObjectMeta (e.g. label values must be strings), so it is checked against this definition too.
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 _DEFS_REF_PREFIX = "/api/_definitions.json#/$defs/"
-_LOCAL_REF_PREFIX = "#/$defs/"
+_INNER_REF_PREFIX = "#/$defs/"  # references between definitions inside _definitions.json
+STANDALONE_REF_PREFIX = "#/definitions/"
 
 
 def _schema_root():
@@ -159,8 +160,9 @@ class BuiltinSchemas:
         return self.make_standalone(schema)
 
     def make_standalone(self, schema: dict) -> dict:
-        """A copy of ``schema`` whose references to ``_definitions.json`` point to definitions inlined under
-        ``$defs`` (merged with any ``$defs`` it already has)."""
+        """A self-contained copy of ``schema`` for kubeconform: the definitions it references are inlined under
+        ``definitions`` and referenced as ``#/definitions/<name>``; ``$schema``/``$id`` are dropped. The result only
+        uses draft-4 keywords (as all kubernetes-validate schemas do), so any kubeconform version reads it alike."""
         definitions = self._definitions()["$defs"]
         needed: dict[str, Any] = {}
         pending = _refs(schema)
@@ -172,8 +174,9 @@ class BuiltinSchemas:
             pending |= _refs(definitions[name])
         out = _rewrite_refs(copy.deepcopy(schema))
         out.pop("$id", None)
-        out["$defs"] = {**out.get("$defs", {}),
-                        **{name: _rewrite_refs(copy.deepcopy(body)) for name, body in sorted(needed.items())}}
+        out.pop("$schema", None)
+        out["definitions"] = {**out.get("definitions", {}),
+                              **{name: _rewrite_refs(copy.deepcopy(body)) for name, body in sorted(needed.items())}}
         return out
 
 
@@ -194,7 +197,7 @@ def _refs(node: Any) -> set[str]:
     if isinstance(node, dict):
         ref = node.get("$ref")
         if isinstance(ref, str):
-            for prefix in (_DEFS_REF_PREFIX, _LOCAL_REF_PREFIX):
+            for prefix in (_DEFS_REF_PREFIX, _INNER_REF_PREFIX, STANDALONE_REF_PREFIX):
                 if ref.startswith(prefix):
                     found.add(ref[len(prefix):])
         for value in node.values():
@@ -208,8 +211,10 @@ def _refs(node: Any) -> set[str]:
 def _rewrite_refs(node: Any) -> Any:
     if isinstance(node, dict):
         ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith(_DEFS_REF_PREFIX):
-            node["$ref"] = _LOCAL_REF_PREFIX + ref[len(_DEFS_REF_PREFIX):]
+        if isinstance(ref, str):
+            for prefix in (_DEFS_REF_PREFIX, _INNER_REF_PREFIX):
+                if ref.startswith(prefix):
+                    node["$ref"] = STANDALONE_REF_PREFIX + ref[len(prefix):]
         for value in node.values():
             _rewrite_refs(value)
     elif isinstance(node, list):

@@ -21,9 +21,8 @@ CRD files are parsed lazily (only files that mention the requested kind) and cac
 
 from __future__ import annotations
 
-import copy
-import re
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -34,13 +33,21 @@ from .schema_location import find_crd_files
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-@dataclass(frozen=True)
+@dataclass
 class CrdSchema:
     group: str
     version: str
     kind: str
     source: Path
-    schema: dict  # already converted to strict JSON Schema
+    openapi: dict = field(repr=False)  # the CRD's openAPIV3Schema, as written
+    _converted: dict | None = field(default=None, repr=False)
+
+    @property
+    def schema(self) -> dict:
+        """The strict JSON Schema (converted on first use, then cached)."""
+        if self._converted is None:
+            self._converted = openapi_to_strict_jsonschema(self.openapi)
+        return self._converted
 
     @property
     def api_version(self) -> str:
@@ -79,8 +86,8 @@ _EMBEDDED_FIELDS = {
 
 
 def openapi_to_strict_jsonschema(openapi_schema: dict) -> dict:
-    """Convert one ``openAPIV3Schema`` (not modified) to a strict JSON Schema (draft 4 semantics)."""
-    schema = _convert(copy.deepcopy(openapi_schema), in_branch=False)
+    """Convert one ``openAPIV3Schema`` to a strict JSON Schema (draft 4 semantics); the input is not modified."""
+    schema = _convert(openapi_schema, in_branch=False)
     props = schema.setdefault("properties", {})
     for name, field in _EMBEDDED_FIELDS.items():
         props.setdefault(name, dict(field))
@@ -90,9 +97,11 @@ def openapi_to_strict_jsonschema(openapi_schema: dict) -> dict:
     return schema
 
 
-def _convert(node: Any, in_branch: bool) -> Any:
-    if not isinstance(node, dict):
-        return node
+def _convert(source: Any, in_branch: bool) -> Any:
+    """A converted copy of one schema node (new dicts/lists for schema structure; leaves are shared)."""
+    if not isinstance(source, dict):
+        return source
+    node = dict(source)
     if node.get("x-kubernetes-int-or-string") or node.get("format") == "int-or-string":
         node.pop("type", None)
         if node.get("format") == "int-or-string":
@@ -104,14 +113,14 @@ def _convert(node: Any, in_branch: bool) -> Any:
             node["type"] = [node_type, "null"]
         if isinstance(node.get("enum"), list) and None not in node["enum"]:
             node["enum"] = node["enum"] + [None]
-    if node.get("x-kubernetes-embedded-resource"):
-        props = node.setdefault("properties", {})
-        for name, field in _EMBEDDED_FIELDS.items():
-            props.setdefault(name, dict(field))
 
     for key in _SCHEMA_MAP_KEYS:
         if isinstance(node.get(key), dict):
             node[key] = {name: _convert(sub, in_branch=False) for name, sub in node[key].items()}
+    if node.get("x-kubernetes-embedded-resource"):
+        props = node["properties"] = dict(node.get("properties") or {})
+        for name, field in _EMBEDDED_FIELDS.items():
+            props.setdefault(name, dict(field))
     for key in _SCHEMA_LIST_KEYS:
         if isinstance(node.get(key), list):
             node[key] = [_convert(sub, in_branch=True) for sub in node[key]]
@@ -135,9 +144,9 @@ def _convert(node: Any, in_branch: bool) -> Any:
 # Reading CRDs from a schema location
 # ---------------------------------------------------------------------------------------------------------------
 
-# (path, mtime_ns, size) -> list of CrdSchema found in that file. Per process: tests and repeated environments
-# reuse converted schemas.
-_FILE_CACHE: dict[tuple[str, int, int], list[CrdSchema]] = {}
+# sha256 of a CRD file's text -> the CrdSchemas in it. Per process: tests and repeated environments reuse parsed and
+# converted schemas.
+_FILE_CACHE: dict[str, list[CrdSchema]] = {}
 _TEXT_CACHE: dict[tuple[str, int, int], str] = {}
 
 
@@ -157,16 +166,17 @@ def _crd_documents(data: Any) -> Iterator[dict]:
 
 
 def schemas_in_file(path: Path) -> list[CrdSchema]:
-    """All served versions with a schema, of all CRDs in one YAML file (cached per process)."""
-    key = _file_key(path)
+    """All served versions with a schema, of all CRDs in one YAML file (cached per process by content, so the
+    same CRD read from two locations is parsed once)."""
+    text = _file_text(path)
+    key = hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()
     if key in _FILE_CACHE:
         return _FILE_CACHE[key]
     found: list[CrdSchema] = []
-    with open(path, encoding="utf-8") as handle:
-        try:
-            documents = list(yaml.load_all(handle, Loader=_LOADER))
-        except yaml.YAMLError:
-            documents = []  # not a CRD we can use; other files may still serve the kind
+    try:
+        documents = list(yaml.load_all(text, Loader=_LOADER))
+    except yaml.YAMLError:
+        documents = []  # not a CRD we can use; other files may still serve the kind
     for doc in documents:
         for crd in _crd_documents(doc):
             spec = crd.get("spec") or {}
@@ -182,7 +192,7 @@ def schemas_in_file(path: Path) -> list[CrdSchema]:
                 if not isinstance(openapi, dict):
                     continue
                 found.append(CrdSchema(group=group, version=version["name"], kind=kind, source=path,
-                                       schema=openapi_to_strict_jsonschema(openapi)))
+                                       openapi=openapi))
     _FILE_CACHE[key] = found
     return found
 
@@ -207,9 +217,11 @@ class CrdSchemaStore:
         return any("CustomResourceDefinition" in _file_text(p) for p in self.files)
 
     def _candidates(self, kind: str) -> list[Path]:
-        pattern = re.compile(r"^\s*kind:\s*['\"]?" + re.escape(kind) + r"['\"]?\s*$", re.MULTILINE)
+        """Files that may define ``kind`` (a cheap text test, so that only those are parsed)."""
+        needles = [f"kind: {kind}\n", f"kind: {kind}\r\n", f"kind: '{kind}'", f'kind: "{kind}"', f'"kind":"{kind}"',
+                   f'"kind": "{kind}"']
         return [p for p in self.files
-                if "CustomResourceDefinition" in _file_text(p) and pattern.search(_file_text(p))]
+                if "CustomResourceDefinition" in (text := _file_text(p)) and any(n in text for n in needles)]
 
     def lookup(self, api_version: str, kind: str) -> CrdSchema | None:
         if "/" not in api_version:

@@ -24,7 +24,7 @@ from typing import Mapping
 import jsonschema
 
 from . import kubeconform as kc
-from .builtin_schemas import OBJECT_META, BuiltinSchemas, is_builtin_group, package_version
+from .builtin_schemas import OBJECT_META, STANDALONE_REF_PREFIX, BuiltinSchemas, is_builtin_group, package_version
 from .crd_schemas import CrdSchemaStore
 from .manifests import Manifest, load_manifests
 from .report import INVALID, SKIPPED, VALID, Report, ResourceResult, SchemaIssue, display_path
@@ -172,7 +172,7 @@ def crd_schema_with_object_meta(schema: dict, builtins: BuiltinSchemas) -> dict:
     reads one self-contained file per kind; in-process validation checks metadata with a second validator)."""
     combined = dict(schema)
     properties = dict(combined.get("properties") or {})
-    object_meta = {"$ref": "#/$defs/" + OBJECT_META}
+    object_meta = {"$ref": STANDALONE_REF_PREFIX + OBJECT_META}
     original = properties.get("metadata")
     properties["metadata"] = {"allOf": [original, object_meta]} if original else object_meta
     combined["properties"] = properties

@@ -6,7 +6,9 @@ that mirrors Argo CD's (see argocd_health_lua.py) and must give exactly the expe
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -103,7 +105,7 @@ def test_health_test_yaml_is_in_argo_cd_format_and_matches_testdata(check):
         assert input_path.startswith("testdata/") and input_path.endswith(".yaml"), input_path
         assert (check.directory / input_path).is_file(), f"{check.name}: {input_path} does not exist"
         # Fixture names start with the state they demonstrate (healthy_, progressing_, degraded_, ...).
-        assert Path(input_path).name.split("_", 1)[0] == status.lower(), f"{input_path} is expected to be {status}"
+        assert Path(input_path).stem.split("_", 1)[0] == status.lower(), f"{input_path} is expected to be {status}"
         input_paths.append(input_path)
     assert len(input_paths) == len(set(input_paths)), "a fixture is listed twice"
     on_disk = {f"testdata/{path.name}" for path in (check.directory / "testdata").glob("*.yaml")}
@@ -152,6 +154,23 @@ def test_missing_or_empty_status_is_progressing(check):
     assert hl.run_health_lua(check.script, resource)["status"] == "Progressing"
     resource["status"] = {}
     assert hl.run_health_lua(check.script, resource)["status"] == "Progressing"
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.name)
+def test_every_mapped_state_is_pinned_by_a_fixture(check):
+    """Each `return result("<status>", ...)` in a health.lua is a mapped state. Changing any one of them to another
+    status must make some fixture fail, i.e. no mapping is left without a fixture."""
+    script = check.script
+    cases = hl.load_cases(check)
+    returns = list(re.finditer(r'result\("(\w+)"', script))
+    assert returns, f"{check.name}: no result(...) calls found"
+    unpinned = []
+    for match in returns:
+        other = "Missing" if match.group(1) != "Missing" else "Unknown"
+        mutated = script[:match.start(1)] + other + script[match.end(1):]
+        if not hl.failing_cases(cases, mutated):
+            unpinned.append(f"line {script[:match.start()].count(chr(10)) + 1}: {match.group(0)}")
+    assert not unpinned, f"{check.name}: states with no fixture: {unpinned}"
 
 
 # --------------------------------------------------------------------------------------------- the runner catches mistakes
@@ -241,17 +260,35 @@ def test_lua_taken_from_a_rendered_argocd_cm_behaves_the_same():
         hl.assert_case(case, script)
 
 
+def test_generator_renders_the_same_argocd_cm_entries():
+    """The generator's argocd-cm (generator.argocd.health_configmap) carries exactly these scripts under these keys."""
+    generator_argocd = pytest.importorskip("generator.argocd")
+    render = getattr(generator_argocd, "health_configmap", None)
+    if render is None:
+        pytest.skip("generator.argocd has no health_configmap()")
+    assert render(hl.REPO_ROOT)["data"] == hl.argocd_cm_health_data()
+
+
 # --------------------------------------------------------------------------------------------- fixtures vs pinned CRDs
 
 
 def _crd_dir() -> Path:
-    return Path(os.environ.get("CRD_SCHEMA_DIR", hl.REPO_ROOT.parent / "shared" / "crds"))
+    """$RAY_GITOPS_SCHEMA_LOCATION (the repository's schema location variable), else ../shared/crds, else the
+    .cache/schemas that `make schemas` fills. CRDs are read in place."""
+    configured = os.environ.get("RAY_GITOPS_SCHEMA_LOCATION", "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    shared = hl.REPO_ROOT.parent / "shared" / "crds"
+    return shared if shared.is_dir() else hl.REPO_ROOT / ".cache" / "schemas"
 
 
+@functools.lru_cache(maxsize=None)
 def _crd_schemas(directory: Path) -> dict[tuple[str, str, str], dict]:
+    """{(group, version, kind): openAPIV3Schema} of every CRD under directory (parsed once per session)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     schemas = {}
     for path in sorted(directory.rglob("*.yaml")):
-        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        for document in yaml.load_all(path.read_text(encoding="utf-8"), Loader=loader):
             if not isinstance(document, dict) or document.get("kind") != "CustomResourceDefinition":
                 continue
             spec = document["spec"]
@@ -289,7 +326,7 @@ def test_fixture_matches_the_pinned_crd_schema(case):
     jsonschema = pytest.importorskip("jsonschema")
     directory = _crd_dir()
     if not directory.is_dir():
-        pytest.skip(f"CRD directory {directory} not found (set CRD_SCHEMA_DIR)")
+        pytest.skip(f"CRD directory {directory} not found (set RAY_GITOPS_SCHEMA_LOCATION)")
     schemas = _crd_schemas(directory)
     resource = hl.load_resource(case.fixture_path)
     group, version = resource["apiVersion"].split("/")
@@ -297,7 +334,10 @@ def test_fixture_matches_the_pinned_crd_schema(case):
     assert schema is not None, f"no CRD for {resource['apiVersion']} {resource['kind']} in {directory}"
     # metadata is ObjectMeta, not part of the CRD schema. Timestamps are JSON strings (in case YAML parsed any).
     body = _stringify_timestamps({key: value for key, value in resource.items() if key != "metadata"})
-    jsonschema.validate(body, schema)
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft4Validator)
+    errors = [f"{'/'.join(map(str, error.absolute_path))}: {error.message}"
+              for error in validator_class(schema).iter_errors(body)]
+    assert errors == []
     assert _undeclared_fields(body, schema) == []
 
 

@@ -64,7 +64,7 @@ def git_repo(tmp_path):
     """A git repository holding this project's generator, charts, environments and (committed) apps/."""
     root = tmp_path / "gitrepo"
     root.mkdir()
-    for name in ("generator", "charts", "environments", "apps"):
+    for name in ("generator", "charts", "environments", "apps", "argocd"):
         shutil.copytree(REPO / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     git = lambda *a: subprocess.run(["git", "-C", str(root), *a], check=True, capture_output=True)
     git("init", "-q", "-b", "main")
@@ -78,8 +78,10 @@ def test_diff_against_a_base_ref_after_an_environment_change(git_repo):
     env.write_text(env.read_text().replace("sizeLimit: 1Gi", "sizeLimit: 2Gi"))
     proc = run_generator(git_repo, "diff", "--base", "HEAD", "--format", "markdown")
     assert proc.returncode == 0, proc.stderr
-    assert "| minikube | 0 | 2 | 0 |" in proc.stdout
+    # the standing cluster changed; the job is a new run (new hash): its RayJob and spec are paired, not added+removed
+    assert "| minikube | 0 | 3 | 0 |" in proc.stdout
     assert "| eks | 0 | 0 | 0 |" in proc.stdout
+    assert "(a new run)" in proc.stdout
     assert "-              sizeLimit: 1Gi" in proc.stdout and "+              sizeLimit: 2Gi" in proc.stdout
 
 

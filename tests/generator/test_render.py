@@ -23,7 +23,9 @@ def test_two_renders_give_identical_bytes(repo_copy, tmp_path):
 def test_committed_apps_equal_a_fresh_render(repo_copy, tmp_path):
     """The snapshot: apps/ in git is exactly what the inputs produce (make check-rendered in test form)."""
     render(repo_copy, "--out", str(tmp_path / "fresh"))
-    assert tree_digest(tmp_path / "fresh") == tree_digest(REPO / "apps")
+    assert tree_digest(tmp_path / "fresh" / "apps") == tree_digest(REPO / "apps")
+    fresh_argocd = tree_digest(tmp_path / "fresh" / "argocd")
+    assert fresh_argocd and all(tree_digest(REPO / "argocd")[rel] == digest for rel, digest in fresh_argocd.items())
 
 
 def test_check_rendered_catches_a_hand_edit(repo_copy):
@@ -41,8 +43,8 @@ def test_check_rendered_passes_on_the_committed_tree(repo_copy):
 
 
 def test_one_resource_per_file_named_by_kind_and_name(tmp_path, repo_copy):
-    out = tmp_path / "out"
-    render(repo_copy, "--out", str(out))
+    out = tmp_path / "out" / "apps"
+    render(repo_copy, "--out", str(tmp_path / "out"))
     files = list(out.rglob("*.yaml"))
     assert files
     for path in files:
@@ -89,7 +91,7 @@ def test_adding_an_environment_is_adding_a_file(repo_copy):
     render(repo_copy, "--env", "staging")
     cluster = yaml.safe_load((repo_copy / "apps" / "staging" / "ray-cluster" / "raycluster-staging-ray.yaml").read_text())
     assert cluster["metadata"]["namespace"] == "ray-staging"
-    assert (repo_copy / "apps" / "staging" / "job-digits-torch" / "rayjob-digits-torch.yaml").exists()
+    assert list((repo_copy / "apps" / "staging" / "job-digits-torch").glob("rayjob-digits-torch-*.yaml"))
 
 
 def test_adding_a_job_is_a_few_lines(repo_copy):
@@ -97,7 +99,25 @@ def test_adding_a_job_is_a_few_lines(repo_copy):
     env.write_text(env.read_text() + "\njobs:\n  digits-xgb:\n    job:\n      spec:\n        name: digits-xgb\n"
                    "        mode: train\n        trainConfig: {framework: xgboost}\n")
     render(repo_copy, "--env", "minikube")
-    job = yaml.safe_load((repo_copy / "apps/minikube/job-digits-xgb/rayjob-digits-xgb.yaml").read_text())
-    assert job["kind"] == "RayJob" and job["metadata"]["name"] == "digits-xgb"
-    spec = yaml.safe_load((repo_copy / "apps/minikube/job-digits-xgb/configmap-digits-xgb-spec.yaml").read_text())
+    app = repo_copy / "apps/minikube/job-digits-xgb"
+    job = yaml.safe_load(next(app.glob("rayjob-digits-xgb-*.yaml")).read_text())
+    assert job["kind"] == "RayJob" and job["metadata"]["name"].startswith("digits-xgb-")
+    spec = yaml.safe_load(next(app.glob("configmap-digits-xgb-*-spec.yaml")).read_text())
     assert yaml.safe_load(spec["data"]["spec.yaml"])["trainConfig"]["framework"] == "xgboost"
+
+
+def test_a_changed_job_is_a_new_run_with_a_new_name(repo_copy):
+    """RayJobs are immutable once running: any change to what renders gives the RayJob a new name."""
+    app = repo_copy / "apps/minikube/job-digits-torch"
+    before = sorted(p.name for p in app.glob("*.yaml"))
+    env = repo_copy / "environments" / "minikube.yaml"
+    env.write_text(env.read_text() + "\njobs:\n  digits-torch:\n    job:\n      spec:\n        trainConfig: {epochs: 3}\n")
+    render(repo_copy, "--env", "minikube")
+    after = sorted(p.name for p in app.glob("*.yaml"))
+    assert len(after) == 2 and not set(before) & set(after)
+    job = yaml.safe_load(next(app.glob("rayjob-*.yaml")).read_text())
+    cm = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"][-1]["configMap"]["name"]
+    assert (app / f"configmap-{cm}.yaml").exists(), "the RayJob mounts its own run's spec"
+    # an unchanged job keeps its name: rendering again changes nothing
+    render(repo_copy, "--env", "minikube")
+    assert sorted(p.name for p in app.glob("*.yaml")) == after

@@ -8,7 +8,10 @@ APPS = REPO / "apps"
 
 
 def load(rel):
-    return yaml.safe_load((APPS / rel).read_text())
+    """A rendered file; `*` stands for a job's run hash."""
+    matches = sorted(APPS.glob(rel))
+    assert len(matches) == 1, (rel, matches)
+    return yaml.safe_load(matches[0].read_text())
 
 
 def pods(spec):
@@ -40,7 +43,7 @@ def test_minikube_dashboard_and_client_on_node_ports():
 
 
 def test_eks_gpu_workers_carry_gpu_and_efa():
-    job = load("eks/job-digits-torch/rayjob-digits-torch.yaml")
+    job = load("eks/job-digits-torch/rayjob-digits-torch-*.yaml")
     spec = job["spec"]["rayClusterSpec"]
     groups = {g["groupName"]: g for g in spec["workerGroupSpecs"]}
     assert list(groups) == ["gpu-g5"]
@@ -55,13 +58,13 @@ def test_eks_gpu_workers_carry_gpu_and_efa():
 def test_eks_standing_cluster_autoscales_and_job_clusters_do_not():
     cluster = load("eks/ray-cluster/raycluster-eks-ray.yaml")["spec"]
     assert cluster["enableInTreeAutoscaling"] is True
-    job = load("eks/job-digits-torch/rayjob-digits-torch.yaml")["spec"]["rayClusterSpec"]
+    job = load("eks/job-digits-torch/rayjob-digits-torch-*.yaml")["spec"]["rayClusterSpec"]
     assert "enableInTreeAutoscaling" not in job
 
 
 @pytest.mark.parametrize("env", ["minikube", "eks"])
 def test_every_ray_pod_has_shared_memory(env):
-    for path in (APPS / env).rglob("ray*.yaml"):
+    for path in (APPS / env).rglob("ray[cj]*.yaml"):
         doc = yaml.safe_load(path.read_text())
         spec = doc["spec"].get("rayClusterSpec", doc["spec"])
         for role, pod, _ in pods(spec):
@@ -72,7 +75,31 @@ def test_every_ray_pod_has_shared_memory(env):
 
 def test_jobs_run_the_training_entrypoint_with_their_spec():
     for env in ("minikube", "eks"):
-        job = load(f"{env}/job-digits-torch/rayjob-digits-torch.yaml")
+        job = load(f"{env}/job-digits-torch/rayjob-digits-torch-*.yaml")
         assert job["spec"]["entrypoint"] == "python -m training run /etc/training/spec.yaml"
         head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
-        assert {"configMap": {"name": "digits-torch-spec"}, "name": "training-spec"} in head["volumes"]
+        name = job["metadata"]["name"]
+        assert {"configMap": {"name": f"{name}-spec"}, "name": "training-spec"} in head["volumes"]
+
+
+def test_eks_checkpoints_on_fsx_on_every_ray_pod():
+    pvc = load("eks/platform/persistentvolumeclaim-fsx-claim.yaml")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"] and pvc["spec"]["storageClassName"] == "fsx-sc"
+    sc = load("eks/platform/storageclass-fsx-sc.yaml")
+    assert sc["provisioner"] == "fsx.csi.aws.com" and sc["reclaimPolicy"] == "Retain"
+    for rel in ("eks/ray-cluster/raycluster-eks-ray.yaml", "eks/job-digits-torch/rayjob-digits-torch-*.yaml"):
+        doc = load(rel)
+        spec = doc["spec"].get("rayClusterSpec", doc["spec"])
+        for role, pod, _ in pods(spec):
+            assert {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "fsx-claim"}} in pod["volumes"], role
+            container = pod["containers"][0]
+            assert {"name": "checkpoints", "mountPath": "/checkpoints"} in container["volumeMounts"]
+            assert {"name": "TRAINING_STORAGE_PATH", "value": "/checkpoints"} in container["env"]
+
+
+def test_finished_rayjobs_are_kept_so_argo_cd_does_not_recreate_them():
+    """KubeRay deletes the job's cluster after the TTL but keeps the RayJob: Argo CD never sees it missing."""
+    for env in ("minikube", "eks"):
+        spec = load(f"{env}/job-digits-torch/rayjob-digits-torch-*.yaml")["spec"]
+        assert spec["shutdownAfterJobFinishes"] is True and spec["ttlSecondsAfterFinished"] > 0
+        assert "deletionStrategy" not in spec

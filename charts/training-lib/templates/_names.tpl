@@ -18,3 +18,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "tlib.image" -}}
 {{- printf "%s:%s" .Values.image.repository (toString .Values.image.tag) -}}
 {{- end -}}
+
+{{/* Argo CD sync wave of a resource: platform (-1) < RayClusters and job specs (0) < jobs (1). */}}
+{{- define "tlib.syncWave" -}}
+argocd.argoproj.io/sync-wave: {{ . | quote }}
+{{- end -}}

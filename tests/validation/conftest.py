@@ -1,0 +1,68 @@
+"""Shared fixtures for the validation tests.
+
+CRDs come from $RAY_GITOPS_SCHEMA_LOCATION, or ``<repo>/../shared/crds`` (read in place, never copied).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from validation_test_support import FIXTURES, REPO_ROOT, crd_location
+
+if str(REPO_ROOT) not in sys.path:  # `import validation` also when pytest is not started from the repo root
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+@pytest.fixture(scope="session")
+def crds() -> Path:
+    location = crd_location()
+    if not any(location.rglob("*.yaml")):
+        pytest.fail(f"no CRDs under {location}: set RAY_GITOPS_SCHEMA_LOCATION to a directory of CRD YAML files "
+                    f"(e.g. ../shared/crds)")
+    return location
+
+
+@pytest.fixture
+def make_env(tmp_path):
+    """Copy fixture files into ``<tmp>/apps/<env>/app/`` and return that apps/<env> directory."""
+
+    def make(*files: Path | str, env: str = "test") -> Path:
+        target = tmp_path / "apps" / env / "app"
+        target.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            f = FIXTURES / f if not Path(f).is_absolute() else Path(f)
+            shutil.copy(f, target / f.name)
+        return target.parent
+
+    return make
+
+
+@pytest.fixture
+def fake_kubeconform(tmp_path, monkeypatch):
+    """Put a fake ``kubeconform`` (tests/validation/fixtures/fake_kubeconform.py) first on PATH.
+
+    Returns the path of the JSON file where the fake records its argv and the schema files it was given.
+    """
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "kubeconform"
+    wrapper.write_text(f"#!/bin/sh\nexec '{sys.executable}' '{FIXTURES / 'fake_kubeconform.py'}' \"$@\"\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    record = tmp_path / "kubeconform-call.json"
+    monkeypatch.setenv("FAKE_KUBECONFORM_RECORD", str(record))
+    return record
+
+
+@pytest.fixture
+def no_kubeconform(tmp_path, monkeypatch):
+    """A PATH on which there is certainly no kubeconform."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))

@@ -1,0 +1,139 @@
+"""Command line: ``python -m validation {manifests,policy,fetch-schemas} ...``.
+
+Exit status: 0 = everything passed, 1 = validation failures or policy violations, 2 = cannot run (no schemas,
+bad arguments, kubeconform broken, download failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .env_facts import EnvFacts
+from .fetch_schemas import RAW_BASE_URL, FetchError, fetch_schemas
+from .kubeconform import KubeconformError
+from .policy import RULES, check_policies
+from .schema_location import DEFAULT_SCHEMA_LOCATION, SCHEMA_LOCATION_ENV, MissingSchemasError
+from .schema_validation import BACKENDS, validate_manifests
+
+OK, FAILED, CANNOT_RUN = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m validation",
+                                     description="Schema validation and policy checks of rendered manifests.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("manifests", help="validate every file under an apps/<env> directory against its schema")
+    m.add_argument("--apps-dir", required=True, type=Path, help="rendered manifests of one environment (apps/<env>)")
+    m.add_argument("--env", help="environment name for the summary line (default: the directory name)")
+    m.add_argument("--kube-version", help="Kubernetes version the environment declares, e.g. 1.34.0")
+    m.add_argument("--facts-from", type=Path, metavar="ENV_FILE",
+                   help="read kubernetesVersion from an environments/<env>.yaml (--kube-version wins)")
+    m.add_argument("--schema-location", metavar="DIR",
+                   help=f"directory searched recursively for CRD YAML (default: ${SCHEMA_LOCATION_ENV}, "
+                        f"else {DEFAULT_SCHEMA_LOCATION})")
+    m.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help="auto: kubeconform when it is on PATH, else in-process (default)")
+
+    p = sub.add_parser("policy", help="run the policy rules over an apps/<env> directory and environment files")
+    p.add_argument("--apps-dir", type=Path, help="rendered manifests of one environment (apps/<env>)")
+    p.add_argument("--env", help="environment name (default: the directory name)")
+    p.add_argument("--facts-from", type=Path, metavar="ENV_FILE",
+                   help="read the environment facts (capabilities.gpu/efa, exposeDashboard, kubernetesVersion) "
+                        "from environments/<env>.yaml; explicit flags win")
+    p.add_argument("--gpu-nodes", action=argparse.BooleanOptionalAction, default=None,
+                   help="the environment has GPU nodes (default: no)")
+    p.add_argument("--efa-nodes", action=argparse.BooleanOptionalAction, default=None,
+                   help="the environment has EFA nodes (default: unknown, rule efa-only-on-efa-env not applied)")
+    p.add_argument("--allow-dashboard-exposure", action=argparse.BooleanOptionalAction, default=None,
+                   help="the environment opted in to exposing the Ray dashboard (default: no)")
+    p.add_argument("--environment-file", action="append", default=[], type=Path, metavar="FILE",
+                   help="an input file scanned for plaintext secrets (repeatable), e.g. environments/dev.yaml")
+    p.add_argument("--rule", action="append", choices=sorted(RULES), help="run only this rule (repeatable)")
+    p.add_argument("--list-rules", action="store_true", help="print the rules and what they guard, then exit")
+
+    f = sub.add_parser("fetch-schemas", help="download the pinned upstream CRDs (needs network)")
+    f.add_argument("--dest", type=Path, default=DEFAULT_SCHEMA_LOCATION, help=f"default: {DEFAULT_SCHEMA_LOCATION}")
+    f.add_argument("--base-url", default=RAW_BASE_URL, help=f"default: {RAW_BASE_URL}")
+    f.add_argument("--timeout", type=float, default=60)
+    return parser
+
+
+def _manifests(args: argparse.Namespace) -> int:
+    kube_version = args.kube_version
+    if not kube_version and args.facts_from:
+        kube_version = EnvFacts.from_environment_file(args.facts_from).kubernetes_version
+    if not kube_version:
+        print("error: --kube-version (or --facts-from with kubernetesVersion) is required", file=sys.stderr)
+        return CANNOT_RUN
+    try:
+        report = validate_manifests(args.apps_dir, kube_version, args.schema_location, env_name=args.env,
+                                    backend=args.backend)
+    except MissingSchemasError as exc:
+        print(f"{args.env or args.apps_dir.name}: cannot validate: {exc}", file=sys.stderr)
+        return CANNOT_RUN
+    except (KubeconformError, FileNotFoundError, ValueError) as exc:
+        print(f"{args.env or args.apps_dir.name}: cannot validate: {exc}", file=sys.stderr)
+        return CANNOT_RUN
+    print(report.render())
+    return OK if report.ok else FAILED
+
+
+def _policy(args: argparse.Namespace) -> int:
+    if args.list_rules:
+        for rule in RULES.values():
+            print(f"{rule.name}: {rule.guards}")
+        return OK
+    if not args.apps_dir:
+        print("error: --apps-dir is required", file=sys.stderr)
+        return CANNOT_RUN
+    base = EnvFacts.from_environment_file(args.facts_from) if args.facts_from else None
+    name = args.env or (base.name if base else None) or args.apps_dir.name
+
+    def pick(flag, from_file, default):
+        return flag if flag is not None else from_file if base is not None else default
+
+    facts = EnvFacts(
+        name=name,
+        kubernetes_version=base.kubernetes_version if base else "",
+        gpu_nodes=pick(args.gpu_nodes, base and base.gpu_nodes, False),
+        dashboard_exposure_allowed=pick(args.allow_dashboard_exposure, base and base.dashboard_exposure_allowed,
+                                        False),
+        efa_nodes=pick(args.efa_nodes, base and base.efa_nodes, None),
+    )
+    files = list(args.environment_file)
+    if args.facts_from and args.facts_from not in files:
+        files.append(args.facts_from)
+    try:
+        violations = check_policies(args.apps_dir, facts, files, rules=args.rule)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"{name}: cannot check policies: {exc}", file=sys.stderr)
+        return CANNOT_RUN
+    for violation in violations:
+        print(violation)
+    rules = len(args.rule or RULES)
+    if violations:
+        print(f"{name}: {len(violations)} policy violation(s) ({rules} rules checked)")
+        return FAILED
+    print(f"{name}: policies OK ({rules} rules checked)")
+    return OK
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    try:
+        written = fetch_schemas(args.dest, base_url=args.base_url, timeout=args.timeout,
+                                log=lambda msg: print(msg, file=sys.stderr))
+    except FetchError as exc:
+        print(f"fetch-schemas: {exc}", file=sys.stderr)
+        return CANNOT_RUN
+    print(f"fetch-schemas: wrote {len(written)} CRD files under {args.dest}")
+    return OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"manifests": _manifests, "policy": _policy, "fetch-schemas": _fetch}[args.command]
+    return handler(args)

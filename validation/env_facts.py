@@ -1,0 +1,54 @@
+"""What the policy rules need to know about an environment."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+
+@dataclass(frozen=True)
+class EnvFacts:
+    """Facts about one environment, from ``environments/<env>.yaml``.
+
+    ``gpu_nodes``: the environment has nodes with ``nvidia.com/gpu`` (``capabilities.gpu``).
+    ``dashboard_exposure_allowed``: the environment opted in to exposing the Ray dashboard outside the cluster
+    (``exposeDashboard``).
+    ``efa_nodes``: the environment has EFA-capable nodes (``capabilities.efa``); ``None`` = unknown, in which case
+    the ``efa-only-on-efa-env`` rule is not applied.
+    """
+
+    name: str
+    kubernetes_version: str
+    gpu_nodes: bool
+    dashboard_exposure_allowed: bool = False
+    efa_nodes: bool | None = None
+
+    @classmethod
+    def from_environment_file(cls, path: str | Path, name: str | None = None) -> "EnvFacts":
+        """Read ``kubernetesVersion``, ``capabilities: {gpu, efa}`` and ``exposeDashboard`` from ONE environment file
+        (layered environments: compose them first and use ``from_mapping``).
+
+        Missing keys mean "no" (no GPU nodes, no EFA, dashboard not exposed), so a new environment starts locked down.
+        """
+        path = Path(path)
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping at the top")
+        return cls.from_mapping(data, name or str(data.get("name") or path.stem))
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], name: str) -> "EnvFacts":
+        """The facts of an already composed environment (e.g. ``base.yaml`` overlaid with ``<env>.yaml``)."""
+        capabilities = data.get("capabilities") or {}
+        if not isinstance(capabilities, dict):
+            raise ValueError(f"environment {name}: capabilities must be a mapping")
+        return cls(
+            name=name,
+            kubernetes_version=str(data.get("kubernetesVersion") or ""),
+            gpu_nodes=capabilities.get("gpu") is True,
+            dashboard_exposure_allowed=data.get("exposeDashboard") is True,
+            efa_nodes=capabilities.get("efa") is True,
+        )

@@ -1,0 +1,118 @@
+"""``make schemas``: download the pinned upstream CRDs into a local schema cache (default ``.cache/schemas``).
+
+Pinned releases: KubeRay v1.7.0, Argo CD v3.5.1, Kubeflow training-operator v1.9.0, fetched from
+raw.githubusercontent.com at those tags with urllib. Each file is checked against its SHA-256 (taken from the
+offline copy in ``../shared/crds``, which is byte-for-byte upstream), and nothing is written unless every file
+downloaded and matched, so a failed run never leaves a half-filled cache. The layout mirrors ``../shared/crds``:
+``<dest>/kuberay-v1.7.0/ray.io_rayclusters.yaml`` etc.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .schema_location import DEFAULT_SCHEMA_LOCATION, SCHEMA_LOCATION_ENV
+
+RAW_BASE_URL = "https://raw.githubusercontent.com"
+
+
+@dataclass(frozen=True)
+class PinnedFile:
+    repo: str  # owner/name on GitHub
+    tag: str
+    path: str  # path inside the repository
+    folder: str  # folder under the destination
+    sha256: str
+
+    def url(self, base_url: str = RAW_BASE_URL) -> str:
+        return f"{base_url.rstrip('/')}/{self.repo}/{self.tag}/{self.path}"
+
+    @property
+    def relative_dest(self) -> str:
+        return f"{self.folder}/{self.path.rsplit('/', 1)[-1]}"
+
+
+_KUBERAY = ("ray-project/kuberay", "v1.7.0", "ray-operator/config/crd/bases", "kuberay-v1.7.0")
+_ARGO_CD = ("argoproj/argo-cd", "v3.5.1", "manifests/crds", "argo-cd-v3.5.1")
+_TRAINING = ("kubeflow/training-operator", "v1.9.0", "manifests/base/crds", "training-operator-v1.9.0")
+
+
+def _pin(source: tuple[str, str, str, str], name: str, sha256: str) -> PinnedFile:
+    repo, tag, directory, folder = source
+    return PinnedFile(repo, tag, f"{directory}/{name}", folder, sha256)
+
+
+PINNED_FILES: tuple[PinnedFile, ...] = (
+    _pin(_KUBERAY, "ray.io_rayclusters.yaml", "c44704442eef0c6721ad40c1d66782c8bd3fdab9d3344306a5820910a679baa1"),
+    _pin(_KUBERAY, "ray.io_rayjobs.yaml", "01a5cf3b17c1769fda44af7e82debcd98722f0c27b9ab84d084681c6649121f5"),
+    _pin(_KUBERAY, "ray.io_rayservices.yaml", "0a8fc325e6e22b9231c1f282b309555e2ecf94227ca20a03df3d1d9a403907ab"),
+    _pin(_KUBERAY, "ray.io_raycronjobs.yaml", "31c2c753bba01f7e8e89cb8e8c504131b58ee42090ca536d87f5ac27605a568e"),
+    _pin(_ARGO_CD, "application-crd.yaml", "5dde0e229249b6b707beb98674c1deae3949d5c319a6c45b9f5a80c99618e40c"),
+    _pin(_ARGO_CD, "applicationset-crd.yaml", "7d282054f41ca2b71a22bab04a8caf0000e07e53a62432e6ea292dae5ab4f07d"),
+    _pin(_ARGO_CD, "appproject-crd.yaml", "ab225266944322750136f1198d93786e4a79a0e43c8d149abfba44da30a3eac8"),
+    _pin(_TRAINING, "kubeflow.org_pytorchjobs.yaml",
+         "eb80e57a984cdc7ceefaaf3fc561e21b673c30cbb58589f2389528d2b2760d22"),
+)
+
+Opener = Callable[..., object]  # urllib.request.urlopen-like: opener(url, timeout=...) -> response with .read()
+
+
+class FetchError(RuntimeError):
+    pass
+
+
+def _offline_hint() -> str:
+    return (f"`make schemas` needs network access to raw.githubusercontent.com. Offline, point "
+            f"{SCHEMA_LOCATION_ENV} (or --schema-location) at a directory of CRD YAML files instead, "
+            f"e.g. {SCHEMA_LOCATION_ENV}=../shared/crds")
+
+
+def _download(url: str, opener: Opener, timeout: float) -> bytes:
+    try:
+        response = opener(url, timeout=timeout)
+        try:
+            return response.read()  # type: ignore[attr-defined]
+        finally:
+            close = getattr(response, "close", None)
+            if close:
+                close()
+    except urllib.error.HTTPError as exc:
+        raise FetchError(f"could not download {url}: HTTP {exc.code} {exc.reason}\n{_offline_hint()}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise FetchError(f"could not download {url}: {reason}\n{_offline_hint()}") from exc
+
+
+def fetch_schemas(dest: str | os.PathLike[str] = DEFAULT_SCHEMA_LOCATION, *, base_url: str = RAW_BASE_URL,
+                  opener: Opener | None = None, timeout: float = 60, verify: bool = True,
+                  files: Sequence[PinnedFile] = PINNED_FILES,
+                  log: Callable[[str], None] = lambda _msg: None) -> list[Path]:
+    """Download ``files`` into ``dest`` (all or nothing); returns the paths written."""
+    dest = Path(dest)
+    opener = opener or urllib.request.urlopen
+    contents: list[tuple[PinnedFile, bytes]] = []
+    for pinned in files:
+        url = pinned.url(base_url)
+        log(f"fetching {url}")
+        body = _download(url, opener, timeout)
+        digest = hashlib.sha256(body).hexdigest()
+        if verify and digest != pinned.sha256:
+            raise FetchError(f"{url}: SHA-256 {digest} does not match the pinned {pinned.sha256}; refusing to "
+                             f"use it (is the tag or the base URL right?)")
+        contents.append((pinned, body))
+    written = []
+    for pinned, body in contents:
+        target = dest / pinned.relative_dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".partial-", delete=False) as handle:
+            handle.write(body)
+        os.replace(handle.name, target)
+        written.append(target)
+    return written

@@ -1,0 +1,393 @@
+"""Policy checks over rendered manifests (and the environments' input files): ``check_policies`` -> violations.
+
+Each rule has a name; a violation prints as ``<rule>: <file>: <where in the document>: <what is wrong and what to
+do>``. See ``RULES`` for what each rule guards.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import yaml
+
+from .env_facts import EnvFacts
+from .manifests import Manifest, load_manifests, load_yaml_documents
+from .pod_templates import Container, iter_containers, iter_mappings, iter_ray_cluster_specs, iter_ray_group_specs
+from .report import display_path
+from .schema_errors import format_path
+from .secrets_scan import names_a_secret, scan_text
+from .secrets_scan import scan as scan_secrets
+
+GPU_RESOURCES = ("nvidia.com/gpu",)
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": None, "FI_EFA_FORK_SAFE": "1"}  # None: any value
+EFA_CAPABILITIES = ("IPC_LOCK", "SYS_RESOURCE")
+DASHBOARD_PORT = 8265
+EXTERNAL_SERVICE_TYPES = ("NodePort", "LoadBalancer")
+_MUTABLE_TAG = re.compile(r"^(latest|nightly)([-_.].*)?$", re.IGNORECASE)
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    file: str
+    where: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.file}: {self.where}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    guards: str
+    check: Callable[[Sequence[Manifest], EnvFacts], Iterator[Violation]]
+
+
+def _v(rule: str, manifest: Manifest, path: Sequence[Any], message: str) -> Violation:
+    return Violation(rule, display_path(manifest.path), format_path(path), message)
+
+
+def _quantity_positive(value: Any) -> bool:
+    """Whether a resource quantity is more than zero (``0``, ``"0"``, ``"0m"`` are not)."""
+    if isinstance(value, bool) or value is None:
+        return False
+    if isinstance(value, (int, float)):
+        return value > 0
+    match = re.match(r"^\s*([0-9.]+)", str(value))
+    try:
+        return bool(match) and float(match.group(1)) > 0  # type: ignore[union-attr]
+    except ValueError:
+        return True
+
+
+def _resource_sections(container: dict) -> dict[str, dict]:
+    resources = container.get("resources") if isinstance(container.get("resources"), dict) else {}
+    return {section: resources.get(section) if isinstance(resources.get(section), dict) else {}
+            for section in ("requests", "limits")}
+
+
+def _requests(container: dict, resource: str) -> bool:
+    return any(_quantity_positive(section.get(resource)) for section in _resource_sections(container).values())
+
+
+def _env(container: dict) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for entry in container.get("env") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            out[entry["name"]] = entry.get("value") if "value" in entry else entry.get("valueFrom")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rules
+# ---------------------------------------------------------------------------------------------------------------
+
+def rule_resources_required(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    for m in manifests:
+        for c in iter_containers(m.doc):
+            sections = _resource_sections(c.container)
+            missing = [f"{section}.{res}" for section in ("requests", "limits") for res in ("cpu", "memory")
+                       if sections[section].get(res) in (None, "")]
+            if missing:
+                yield _v("resources-required", m, c.path + ["resources"],
+                         f"{c.label} has no {', '.join(missing)}; set CPU and memory requests and limits on every "
+                         f"container (scheduling, ResourceQuota and node stability depend on them)")
+
+
+def image_problem(image: Any) -> str | None:
+    """Why an image reference is not pinned (``None`` when it is: a tag other than latest/nightly, or a digest)."""
+    if not isinstance(image, str) or not image.strip():
+        return "has no image"
+    if "@" in image:
+        digest = image.split("@", 1)[1]
+        return None if _DIGEST.match(digest) else f"has a malformed digest {digest!r} (expected sha256:<64 hex>)"
+    last_slash, colon = image.rfind("/"), image.rfind(":")
+    if colon <= last_slash:
+        return f"image {image!r} has no tag, so it floats on :latest"
+    tag = image[colon + 1:]
+    if _MUTABLE_TAG.match(tag):
+        return f"image {image!r} uses the moving tag {tag!r}"
+    return None
+
+
+def rule_image_pinned(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    advice = "pin a release tag (e.g. rayproject/ray:2.60.0-py311) or a digest (@sha256:...)"
+    for m in manifests:
+        for c in iter_containers(m.doc):
+            problem = image_problem(c.container.get("image"))
+            if problem:
+                yield _v("image-pinned", m, c.path + ["image"], f"{c.label} {problem}; {advice}")
+        for path, cluster in iter_ray_cluster_specs(m.doc):
+            autoscaler = cluster.get("autoscalerOptions")
+            if isinstance(autoscaler, dict) and "image" in autoscaler:
+                problem = image_problem(autoscaler.get("image"))
+                if problem:
+                    yield _v("image-pinned", m, path + ["autoscalerOptions", "image"],
+                             f"the Ray autoscaler {problem}; {advice}")
+
+
+# Keys of typed Secrets (kubernetes.io/tls, dockerconfigjson, dockercfg, ssh-auth, basic-auth) that hold secrets.
+TYPED_SECRET_KEYS = {"tls.key", ".dockerconfigjson", ".dockercfg", "ssh-privatekey", "password"}
+
+
+def _secret_kind_findings(m: Manifest) -> Iterator[Violation]:
+    """A Secret committed to git: its values are plaintext (``data`` is only base64). Argo CD's declarative setup
+    needs some Secrets (cluster/repository registrations with IRSA or no credentials): those pass when no key
+    names a secret and no value holds one (embedded JSON/YAML like a cluster ``config`` is scanned too)."""
+    advice = ("is committed to git in plain text (base64 is not encryption); create the Secret outside git (or use "
+              "a sealed/external secret) and reference it by name")
+    for section in ("data", "stringData"):
+        data = (m.doc or {}).get(section)
+        if not isinstance(data, dict):
+            continue
+        for key, value in data.items():
+            if value in (None, ""):
+                continue
+            text = str(value) if section == "stringData" else _b64decode(value)
+            if names_a_secret(str(key)) or str(key) in TYPED_SECRET_KEYS:
+                yield _v("no-plaintext-secrets", m, [section, key], f"the Secret's {key!r} value {advice}")
+                continue
+            for finding in scan_text(text, [section, key]):
+                yield _v("no-plaintext-secrets", m, finding.path, f"{finding.message} (the Secret {advice})")
+
+
+def _b64decode(value: object) -> str:
+    try:
+        return base64.b64decode(str(value), validate=False).decode("utf-8", errors="replace")
+    except (ValueError, binascii.Error):
+        return str(value)
+
+
+def rule_no_plaintext_secrets(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    for m in manifests:
+        skip: tuple[tuple, ...] = ()
+        if m.kind == "Secret" and m.api_version == "v1":
+            yield from _secret_kind_findings(m)
+            skip = (("data",), ("stringData",))
+        for finding in scan_secrets(m.doc, [], skip):
+            yield _v("no-plaintext-secrets", m, finding.path, finding.message)
+
+
+def environment_file_secrets(path: Path) -> Iterator[Violation]:
+    """``no-plaintext-secrets`` over an environment's input file (``environments/<env>.yaml``)."""
+    try:
+        docs = load_yaml_documents(Path(path).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        yield Violation("no-plaintext-secrets", display_path(path), "(file)", f"cannot be read: {exc}")
+        return
+    for index, doc in enumerate(docs):
+        for finding in scan_secrets(doc):
+            where = format_path(finding.path) if len(docs) == 1 else f"document {index}: {format_path(finding.path)}"
+            yield Violation("no-plaintext-secrets", display_path(path), where, finding.message)
+
+
+def rule_gpu_only_on_gpu_env(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    if facts.gpu_nodes:
+        return
+    why = (f"environment {facts.name!r} has no GPU nodes (capabilities.gpu is false), so the pods would stay "
+           f"Pending; drop the GPU request in this environment's values, or enable capabilities.gpu if it has GPUs")
+    for m in manifests:
+        for c in iter_containers(m.doc):
+            for resource in GPU_RESOURCES:
+                if _requests(c.container, resource):
+                    yield _v("gpu-only-on-gpu-env", m, c.path + ["resources"], f"{c.label} requests {resource}; {why}")
+        for path, group in iter_ray_group_specs(m.doc):
+            params = group.get("rayStartParams") if isinstance(group.get("rayStartParams"), dict) else {}
+            if _quantity_positive(params.get("num-gpus")):
+                yield _v("gpu-only-on-gpu-env", m, path + ["rayStartParams", "num-gpus"],
+                         f"Ray is told the node has GPUs; {why}")
+        spec = (m.doc or {}).get("spec")
+        if m.kind == "RayJob" and isinstance(spec, dict) and _quantity_positive(spec.get("entrypointNumGpus")):
+            yield _v("gpu-only-on-gpu-env", m, ["spec", "entrypointNumGpus"], f"the entrypoint asks for GPUs; {why}")
+
+
+def rule_efa_complete(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    for m in manifests:
+        for c in iter_containers(m.doc):
+            if not _requests(c.container, EFA_RESOURCE):
+                continue
+            problems = _efa_problems(c)
+            if problems:
+                yield _v("efa-complete", m, c.path,
+                         f"{c.label} requests {EFA_RESOURCE} but " + "; ".join(problems)
+                         + " (without them NCCL silently falls back to TCP sockets or libfabric fails to "
+                           "register memory)")
+
+
+def _efa_problems(c: Container) -> list[str]:
+    problems = []
+    env = _env(c.container)
+    for name, expected in EFA_ENV.items():
+        if name not in env:
+            problems.append(f"env {name} is not set" + (f" (set it to {expected!r})" if expected else ""))
+        elif expected is not None and str(env[name]) != expected:
+            problems.append(f"env {name} is {env[name]!r}, expected {expected!r}")
+    security = c.container.get("securityContext") if isinstance(c.container.get("securityContext"), dict) else {}
+    capabilities = security.get("capabilities") if isinstance(security.get("capabilities"), dict) else {}
+    added = {str(cap).upper().removeprefix("CAP_") for cap in capabilities.get("add") or []}
+    missing = [cap for cap in EFA_CAPABILITIES if cap not in added and "ALL" not in added]
+    if missing:
+        problems.append(f"securityContext.capabilities.add lacks {', '.join(missing)}")
+    return problems
+
+
+def rule_efa_only_on_efa_env(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    if facts.efa_nodes is not False:  # True, or unknown (None): not applied
+        return
+    for m in manifests:
+        for c in iter_containers(m.doc):
+            if _requests(c.container, EFA_RESOURCE):
+                yield _v("efa-only-on-efa-env", m, c.path + ["resources"],
+                         f"{c.label} requests {EFA_RESOURCE} but environment {facts.name!r} has no EFA nodes "
+                         f"(capabilities.efa is false), so the pods would stay Pending; drop the EFA request in "
+                         f"this environment's values")
+
+
+# --- dashboard-not-exposed -----------------------------------------------------------------------------------
+
+def _selects_ray_head(selector: Any) -> bool:
+    if not isinstance(selector, dict):
+        return False
+    return (str(selector.get("ray.io/node-type", "")) == "head"
+            or str(selector.get("ray.io/identifier", "")).endswith("-head"))
+
+
+def _is_dashboard_port(port: Any) -> bool:
+    if not isinstance(port, dict):
+        return False
+    return (port.get("port") == DASHBOARD_PORT or port.get("targetPort") in (DASHBOARD_PORT, "dashboard")
+            or port.get("name") == "dashboard" or port.get("targetPort") == str(DASHBOARD_PORT))
+
+
+def _service_reaches_dashboard(spec: dict) -> bool:
+    return _selects_ray_head(spec.get("selector")) or any(_is_dashboard_port(p) for p in spec.get("ports") or [])
+
+
+def _is_core_service(m: Manifest) -> bool:
+    return m.kind == "Service" and m.api_version == "v1"
+
+
+def _dashboard_backend(service_name: Any, port: Any, dashboard_services: set[str]) -> bool:
+    if not isinstance(service_name, str):
+        return False
+    number = port.get("number") if isinstance(port, dict) else port
+    name = port.get("name") if isinstance(port, dict) else None
+    return (number == DASHBOARD_PORT or name == "dashboard" or service_name in dashboard_services
+            or (service_name.endswith("-head-svc") and number in (None, DASHBOARD_PORT)))
+
+
+def rule_dashboard_not_exposed(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    if facts.dashboard_exposure_allowed:
+        return
+    rule = "dashboard-not-exposed"
+    why = (f"the Ray dashboard (port {DASHBOARD_PORT}) has no authentication and accepts job submissions (remote code "
+           f"execution); keep it cluster-internal (ClusterIP + kubectl port-forward), or opt this environment in "
+           f"explicitly with exposeDashboard: true in environments/{facts.name}.yaml")
+    dashboard_services = {m.name for m in manifests
+                          if _is_core_service(m) and isinstance((m.doc or {}).get("spec"), dict)
+                          and _service_reaches_dashboard(m.doc["spec"])}  # type: ignore[index]
+    for m in manifests:
+        doc = m.doc or {}
+        spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+        if _is_core_service(m) and _service_reaches_dashboard(spec):
+            service_type = spec.get("type") or "ClusterIP"
+            if service_type in EXTERNAL_SERVICE_TYPES:
+                yield _v(rule, m, ["spec", "type"], f"a {service_type} Service reaches the Ray head/dashboard; {why}")
+            if spec.get("externalIPs"):
+                yield _v(rule, m, ["spec", "externalIPs"], f"a Service with externalIPs reaches the Ray "
+                                                           f"head/dashboard; {why}")
+        for path, cluster in iter_ray_cluster_specs(doc):
+            head = cluster["headGroupSpec"]
+            if head.get("serviceType") in EXTERNAL_SERVICE_TYPES:
+                yield _v(rule, m, path + ["headGroupSpec", "serviceType"],
+                         f"the head service is of type {head['serviceType']}; {why}")
+            if head.get("enableIngress") is True:
+                yield _v(rule, m, path + ["headGroupSpec", "enableIngress"],
+                         f"KubeRay creates an Ingress to the head (dashboard); {why}")
+            head_service = head.get("headService") if isinstance(head.get("headService"), dict) else {}
+            head_service_spec = head_service.get("spec") if isinstance(head_service.get("spec"), dict) else {}
+            if head_service_spec.get("type") in EXTERNAL_SERVICE_TYPES:
+                yield _v(rule, m, path + ["headGroupSpec", "headService", "spec", "type"],
+                         f"the head service is of type {head_service_spec['type']}; {why}")
+        if m.kind == "Ingress" and m.api_version.startswith("networking.k8s.io/"):
+            for bpath, backend in _ingress_backends(spec):
+                service = backend.get("service") if isinstance(backend.get("service"), dict) else {}
+                if _dashboard_backend(service.get("name"), service.get("port"), dashboard_services):
+                    yield _v(rule, m, bpath, f"an Ingress routes to the Ray dashboard "
+                                             f"(service {service.get('name')!r}); {why}")
+        if m.api_version.startswith("gateway.networking.k8s.io/") and m.kind.endswith("Route"):
+            for path, node in iter_mappings(spec):
+                for index, ref in enumerate(node.get("backendRefs") or []):
+                    if isinstance(ref, dict) and ref.get("kind", "Service") == "Service" and _dashboard_backend(
+                            ref.get("name"), ref.get("port"), dashboard_services):
+                        yield _v(rule, m, ["spec"] + path + ["backendRefs", index],
+                                 f"a {m.kind} routes to the Ray dashboard (service {ref.get('name')!r}); {why}")
+
+
+def _ingress_backends(spec: dict) -> Iterator[tuple[list, dict]]:
+    if isinstance(spec.get("defaultBackend"), dict):
+        yield ["spec", "defaultBackend"], spec["defaultBackend"]
+    for r, rule in enumerate(spec.get("rules") or []):
+        http = rule.get("http") if isinstance(rule, dict) and isinstance(rule.get("http"), dict) else {}
+        for p, item in enumerate(http.get("paths") or []):
+            if isinstance(item, dict) and isinstance(item.get("backend"), dict):
+                yield ["spec", "rules", r, "http", "paths", p, "backend"], item["backend"]
+
+
+RULES: dict[str, Rule] = {rule.name: rule for rule in (
+    Rule("resources-required", "every container and init container has CPU and memory requests and limits",
+         rule_resources_required),
+    Rule("image-pinned", "every image has a release tag or a digest (no tag, :latest or :nightly is an error)",
+         rule_image_pinned),
+    Rule("no-plaintext-secrets", "no literal secret values in rendered output or environments/*.yaml; Secrets "
+                                 "are referenced, never committed", rule_no_plaintext_secrets),
+    Rule("gpu-only-on-gpu-env", "GPU requests (nvidia.com/gpu, Ray num-gpus) only where the environment has GPU "
+                                "nodes", rule_gpu_only_on_gpu_env),
+    Rule("efa-complete", "a container requesting vpc.amazonaws.com/efa sets FI_PROVIDER=efa, "
+                         "FI_EFA_USE_DEVICE_RDMA, FI_EFA_FORK_SAFE=1 and adds IPC_LOCK and SYS_RESOURCE",
+         rule_efa_complete),
+    Rule("efa-only-on-efa-env", "EFA requests only where the environment has EFA nodes (when that is known)",
+         rule_efa_only_on_efa_env),
+    Rule("dashboard-not-exposed", "the Ray dashboard (8265) is not reachable from outside the cluster unless the "
+                                  "environment sets exposeDashboard: true", rule_dashboard_not_exposed),
+)}
+
+
+def check_documents(manifests: Sequence[Manifest], env_facts: EnvFacts,
+                    rules: Iterable[str] | None = None) -> list[Violation]:
+    """Run the rules (all by default) over already loaded manifests; unreadable ones are reported once."""
+    violations: list[Violation] = []
+    readable = []
+    for m in manifests:
+        if m.doc is None:
+            violations.append(Violation("manifest-readable", display_path(m.path), "(file)",
+                                        f"{m.error}; policies cannot be checked"))
+        else:
+            readable.append(m)
+    for name in rules or RULES:
+        violations.extend(RULES[name].check(readable, env_facts))
+    return violations
+
+
+def check_policies(apps_env_dir: str | os.PathLike[str], env_facts: EnvFacts,
+                   environment_files: Iterable[str | os.PathLike[str]] = (),
+                   rules: Iterable[str] | None = None) -> list[Violation]:
+    """Every policy violation in ``apps_env_dir`` (rendered output) and in ``environment_files`` (inputs)."""
+    selected = list(rules or RULES)
+    unknown = [r for r in selected if r not in RULES]
+    if unknown:
+        raise ValueError(f"unknown rule(s): {', '.join(unknown)}; known: {', '.join(RULES)}")
+    violations = check_documents(load_manifests(Path(apps_env_dir)), env_facts, selected)
+    if "no-plaintext-secrets" in selected:
+        for path in environment_files:
+            violations.extend(environment_file_secrets(Path(path)))
+    return violations
