@@ -2,7 +2,8 @@
 
   platform          namespace, quota, checkpoint storage: values = platform.values    (if platform.enabled)
   ray-cluster       the standing RayCluster: values = cluster < rayCluster.values     (if rayCluster.enabled)
-  job-<name>        one per entry of `jobs`: entry = jobDefaults < jobs.<name>;
+  job-<name>        one per entry of `jobs`: entry = jobDefaults < jobs.<name>; chart by `backend`
+                    (ray: ray-job, torchrun: pytorch-job) unless `chart` names one;
                     values = (cluster < entry.cluster) + {job: entry.job}
 """
 from __future__ import annotations
@@ -22,6 +23,8 @@ JOB_PREFIX = "job-"
 # run: its release is rendered under this token, which is then replaced by a hash of everything rendered
 # for it (so any change, in values or in the chart, gives a new name; Argo CD prunes the old RayJob).
 HASH_TOKEN = "hhhhhhhh"
+# A job runs on Ray (a RayJob) or under torchrun (a Kubeflow PyTorchJob); `chart` may name another chart.
+BACKEND_CHARTS = {"ray": "ray-job", "torchrun": "pytorch-job"}
 
 
 @dataclass
@@ -77,8 +80,9 @@ def compose(root: Path, env: Environment) -> list[App]:
         values = merge(cluster, entry.sub("cluster") if "cluster" in entry.data else Layer({}, {}))
         if "job" in entry.data:
             values = merge(values, entry.sub("job").under("job"))
-        add(JOB_PREFIX + job_name, f"{job_name}-{HASH_TOKEN}", entry.data.get("chart", "ray-job"), chart_path,
-            values, hashed=True)
+        backend = entry.data.get("backend", "ray")
+        add(JOB_PREFIX + job_name, f"{job_name}-{HASH_TOKEN}", entry.data.get("chart", BACKEND_CHARTS[backend]),
+            chart_path, values, hashed=True)
 
     if errors:
         raise RenderErrors(errors)

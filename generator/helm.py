@@ -68,7 +68,9 @@ def _run(root: Path, args: list, what: str) -> Result:
     proc = subprocess.run([binary(root), *args], capture_output=True, text=True, cwd=root)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
-        message = _clean_stderr(proc.stderr) or proc.stdout.strip() or f"exit code {proc.returncode}"
+        # helm template says why on stderr; helm lint lists its findings on stdout
+        message = "\n".join(part for part in (proc.stdout.strip() if args[0] == "lint" else "",
+                                               _clean_stderr(proc.stderr)) if part) or f"exit code {proc.returncode}"
         raise RenderError(f"{what}: helm failed:\n" + "\n".join("  " + l for l in message.splitlines()))
     return Result(proc.stdout, seconds)
 
