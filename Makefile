@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered diff validate schemas lint chart-schemas values test bench-render clean
+.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint chart-schemas values test bench-render clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -30,6 +30,10 @@ validate: setup-base ## helm lint, schema validation (SCHEMAS=dir of CRDs) and p
 
 schemas: setup-base ## download the pinned upstream CRDs into .cache/schemas (needs network)
 	@$(PY) -m validation fetch-schemas
+
+bump-image: setup-base ## set the training image tag (TAG=0.2.0 keeps -cpu/-gpu) in every environment file, re-render
+	@test -n "$(TAG)" || { echo "usage: make bump-image TAG=0.2.0"; exit 2; }
+	@$(PY) -m generator bump-image --tag $(TAG)
 
 lint: setup-base ## helm lint --strict every chart with every environment's values
 	@$(PY) -m generator lint $(ENV_FLAG)

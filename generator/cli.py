@@ -183,6 +183,15 @@ def cmd_diff(args) -> int:
     return 0
 
 
+def cmd_bump_image(args) -> int:
+    from . import bump_image
+
+    root = _root(args)
+    for file, old, new in bump_image.bump(root, args.tag):
+        print(f"{file}: cluster.image.tag {old} -> {new}")
+    return cmd_render(argparse.Namespace(root=args.root, env=None, out=None, jobs=None)) if not args.no_render else 0
+
+
 def cmd_environments(args) -> int:
     for name in environments.names(_root(args)):
         print(name)
@@ -229,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=["text", "markdown"],
                    help="default: text on a terminal, markdown otherwise (a PR comment)")
     p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("bump-image", help="set the training image tag in every environment file, then re-render")
+    p.add_argument("--tag", required=True)
+    p.add_argument("--no-render", action="store_true")
+    p.set_defaults(func=cmd_bump_image)
 
     p = sub.add_parser("environments", help="list the environments")
     p.set_defaults(func=cmd_environments)
