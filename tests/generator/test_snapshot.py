@@ -103,3 +103,17 @@ def test_finished_rayjobs_are_kept_so_argo_cd_does_not_recreate_them():
         spec = load(f"{env}/job-digits-torch/rayjob-digits-torch-*.yaml")["spec"]
         assert spec["shutdownAfterJobFinishes"] is True and spec["ttlSecondsAfterFinished"] > 0
         assert "deletionStrategy" not in spec
+
+
+def test_every_rendered_job_spec_is_a_valid_training_spec():
+    """The RayJobs point at the training package with specs it accepts (training/schema/job-spec.schema.json)."""
+    import json
+
+    import jsonschema
+
+    schema = json.loads((REPO / "training" / "schema" / "job-spec.schema.json").read_text())
+    specs = list(APPS.rglob("configmap-*-spec.yaml"))
+    assert len(specs) >= 3
+    for path in specs:
+        spec = yaml.safe_load(yaml.safe_load(path.read_text())["data"]["spec.yaml"])
+        jsonschema.validate(spec, schema)
