@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,5 +86,29 @@ def compose(root: Path, env: Environment) -> list[App]:
             chart_path, values, hashed=True)
 
     if errors:
-        raise RenderErrors(errors)
+        raise RenderErrors(_merge_same_fault(errors))
     return apps
+
+
+_WHAT = re.compile(r" in values of chart '([^']+)' \(app '([^']+)'\)")
+
+
+def _merge_same_fault(errors: list[RenderError]) -> list[RenderError]:
+    """One value that breaks several apps is one fault: report it once, naming every app."""
+    merged: dict[str, list] = {}
+    for err in errors:
+        text = str(err)
+        match = _WHAT.search(text)
+        key = _WHAT.sub("", text) if match else text
+        merged.setdefault(key, []).append(match.groups() if match else None)
+    out = []
+    for key, whats in merged.items():
+        apps = [w for w in whats if w]
+        if not apps:
+            out.append(RenderError(key))
+            continue
+        names = ", ".join(f"{app} ({chart})" for chart, app in apps)
+        head, _, tail = key.partition(" (expected:")
+        out.append(RenderError(f"{head} in the values of app{'s' if len(apps) > 1 else ''} {names}"
+                               + (f" (expected:{tail}" if tail else "")))
+    return out
