@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint chart-schemas values test bench-render clean
+.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train test-training image chart-schemas values test bench-render clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -46,6 +46,16 @@ values: setup-base ## print an environment's composed values (ENV=..., APP=... f
 
 test: setup ## run the whole test suite
 	@$(PY) -m pytest
+
+train: setup ## run a training job spec, locally or against RAY_ADDRESS (SPEC=..., OUTPUT=..., NAME=...)
+	@$(PY) -m training run $(or $(SPEC),training/examples/digits-torch.yaml) $(if $(OUTPUT),--output $(OUTPUT)) $(if $(NAME),--name $(NAME))
+
+test-training: setup ## only the training package tests (real Ray training, about 3 min on 2 cores)
+	@$(PY) -m pytest tests/training -q
+
+image: ## build the training image (VARIANT=cpu|gpu, IMAGE=..., TAG=...); needs a Docker engine
+	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make image needs a running Docker engine"; exit 2; }
+	docker build -f training/Dockerfile --build-arg VARIANT=$(or $(VARIANT),cpu) -t $(or $(IMAGE),ray-training):$(or $(TAG),dev) .
 
 bench-render: setup-base ## time rendering: helm vs generator overhead, and 200 jobs x 4 environments
 	@$(PY) -m generator.bench

@@ -35,6 +35,12 @@ class ResourceError(TrainingJobError):
     kind = "resources"
 
 
+class ClusterConnectError(TrainingJobError):
+    """``RAY_ADDRESS`` names a cluster this process cannot join."""
+
+    kind = "cluster"
+
+
 class DataError(TrainingJobError):
     """The data source is missing, unreadable or malformed."""
 

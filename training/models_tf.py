@@ -1,6 +1,8 @@
 """The CNN of seed 002 in Keras (tf-keras, i.e. Keras 2, which MultiWorkerMirroredStrategy needs).
 
-Same layout as :mod:`training.models_torch`. Import only after ``TF_USE_LEGACY_KERAS=1`` is set
+Same layout as :mod:`training.models_torch`, and the same batch-norm momentum (Keras 0.9 = PyTorch 0.1; Keras'
+default 0.99 leaves the moving statistics far from the data after the few hundred steps of a small run, and
+validation accuracy near chance). Import only after ``TF_USE_LEGACY_KERAS=1`` is set
 (:func:`keras` takes care of it).
 """
 
@@ -32,10 +34,10 @@ def build_cnn(
     model = k.Sequential([L.InputLayer(input_shape=tuple(input_shape))])
     for f in filters:
         model.add(L.Conv2D(f, 3, padding="same", use_bias=False))
-        model.add(L.BatchNormalization())
+        model.add(L.BatchNormalization(momentum=0.9))
         model.add(L.ReLU())
         model.add(L.Conv2D(f, 3, padding="same", use_bias=False))
-        model.add(L.BatchNormalization())
+        model.add(L.BatchNormalization(momentum=0.9))
         model.add(L.ReLU())
         if h >= 2 and w >= 2:
             model.add(L.MaxPooling2D(2))
@@ -43,7 +45,7 @@ def build_cnn(
         model.add(L.Dropout(conv_dropout))
     model.add(L.Flatten())
     model.add(L.Dense(dense, use_bias=False))
-    model.add(L.BatchNormalization())
+    model.add(L.BatchNormalization(momentum=0.9))
     model.add(L.ReLU())
     model.add(L.Dropout(dense_dropout))
     model.add(L.Dense(num_classes))  # logits

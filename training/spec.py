@@ -21,6 +21,7 @@ RESULT_SCHEMA = SCHEMA_DIR / "result.schema.json"
 STORAGE_ENV = "TRAINING_STORAGE_PATH"
 DEFAULT_STORAGE = "results/training"
 DEFAULT_NAME = "training-run"
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"  # also in schema/job-spec.schema.json
 
 FRAMEWORK_DEFAULTS = {
     "pytorch": {"epochs": 5, "batchSize": 64, "lr": 1e-3},
@@ -89,7 +90,7 @@ def validate_spec(spec: Mapping[str, Any]) -> None:
     import jsonschema
 
     validator = jsonschema.Draft202012Validator(load_schema())
-    errors = sorted(_best_errors(validator.iter_errors(spec)), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    errors = sorted(_best_errors(validator.iter_errors(spec)), key=lambda e: (_field_path(e), e.message))
     if errors:
         lines = [f"{_field_path(e)}: {e.message}" for e in errors]
         first = errors[0]
@@ -110,7 +111,7 @@ def _semantic_checks(spec: Mapping[str, Any]) -> None:
     gpu = sc.get("resourcesPerWorker", {}).get("gpu", cfg.get("resourcesPerWorker", {}).get("gpu"))
     if use_gpu and gpu == 0:
         where = "trainConfig.scalingConfig" if "useGpu" in sc else "config"
-        raise SpecError(f"{where}.useGpu is true but resourcesPerWorker.gpu is 0", field=f"{where}.resourcesPerWorker.gpu")
+        raise SpecError(f"{where}.resourcesPerWorker.gpu is 0 but {where}.useGpu is true", field=f"{where}.resourcesPerWorker.gpu")
     data = spec.get("data", {})
     if data.get("path") and data.get("source", "digits") != "cifar10":
         raise SpecError("data.path is only read for data.source: cifar10", field="data.path")

@@ -1,0 +1,101 @@
+"""Real training on this machine, small: each framework for a couple of epochs on the digits with 2 workers,
+the example user trainer, a tiny CIFAR-10 folder, and mode: cluster. All share the session's Ray."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, digits_spec, write_cifar10_batches
+from training import checkpointing
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def check_train_result(result, epochs, workers=2):
+    assert result["status"] == "success", result.get("error")
+    r = result["results"]
+    assert r["numTrials"] == r["completedTrials"] == 1
+    assert r["numWorkers"] == workers
+    assert r["epochsCompleted"] == epochs
+    assert [h["epoch"] for h in r["history"]] == list(range(1, epochs + 1))
+    assert result["clusterStatus"]["numNodes"] == 1 and result["clusterStatus"]["totalCpu"] == 2
+    assert result["trainingTime"] > 0
+    ck = result["checkpointPath"]
+    meta = checkpointing.verify(ck)
+    assert meta["epoch"] == max(h["epoch"] for h in r["history"] if h["epoch"] == meta["epoch"])
+    assert r["bestMetric"] == pytest.approx(meta["metrics"][r["metric"]])
+    assert r["latestCheckpointPath"].endswith(checkpointing.checkpoint_dir_name(epochs))
+    return r
+
+
+def test_pytorch_cnn_two_workers(torch_run):
+    runner, spec, code, result = torch_run
+    assert code == 0
+    r = check_train_result(result, epochs=2)
+    assert r["bestConfig"]["model"] == {"filters": [64, 128, 256], "dense": 512, "convDropout": 0.25, "denseDropout": 0.5}
+    assert r["finalMetrics"]["val_accuracy"] > 0.5  # 10 classes: chance is 0.1
+    assert r["history"][-1]["loss"] < r["history"][0]["loss"]
+    assert os.path.exists(os.path.join(result["checkpointPath"], "model.pt"))
+    # The default result location is <storage>/<name>/result.json; --output was used here, and the run folder
+    # holds Ray's snapshot next to the checkpoints.
+    assert Path(result["runPath"], checkpointing.RAY_SNAPSHOT_FILE).exists()
+
+
+def test_tensorflow_cnn_two_workers(runner):
+    spec = digits_spec("digits-tf", "tensorflow", epochs=2, lr=0.002)
+    spec["data"]["maxTrainSamples"] = 768
+    code, result = runner.run(spec)
+    assert code == 0, result.get("error")
+    r = check_train_result(result, epochs=2)
+    assert r["history"][-1]["loss"] < r["history"][0]["loss"]
+    assert r["finalMetrics"]["val_accuracy"] > 0.3
+    assert os.path.exists(os.path.join(result["checkpointPath"], "tf", "ckpt.index"))
+
+
+def test_xgboost_two_workers(runner):
+    spec = digits_spec("digits-xgb", "xgboost", epochs=10, lr=0.3, xgboost={"max_depth": 4})
+    spec["checkpoint"]["everyEpochs"] = 5
+    spec["checkpoint"]["keepBest"] = 1
+    code, result = runner.run(spec)
+    assert code == 0, result.get("error")
+    r = check_train_result(result, epochs=10)
+    assert r["finalMetrics"]["val_accuracy"] > 0.8
+    assert r["finalMetrics"]["trees"] == 10
+    assert os.path.exists(os.path.join(result["checkpointPath"], "model.ubj"))
+
+
+def test_example_user_trainer(runner):
+    spec = digits_spec("user-trainer", "pytorch", epochs=3, lr=0.003,
+                       trainerPath=str(REPO / "training" / "examples" / "user_trainer.py") + ":train",
+                       params={"hidden": 64})
+    spec["checkpoint"]["keepBest"] = 1
+    code, result = runner.run(spec)
+    assert code == 0, result.get("error")
+    r = check_train_result(result, epochs=3)
+    assert r["trainerReturnValue"] == {"hidden": 64, "parameters": 64 * 64 + 64 + 64 * 10 + 10}
+    assert r["finalMetrics"]["val_accuracy"] > 0.5
+    assert os.path.exists(os.path.join(result["checkpointPath"], "mlp.pt"))
+
+
+def test_tiny_cifar10_folder_through_a_uri(runner, tmp_path):
+    root = tmp_path / "cifar-10-batches-py"
+    write_cifar10_batches(root, per_batch=16)
+    spec = digits_spec("tiny-cifar", "pytorch", epochs=1, batchSize=8,
+                       model={"filters": [8, 16, 32], "dense": 32})
+    spec["data"] = {"source": "cifar10", "path": f"file://{root}"}
+    code, result = runner.run(spec)
+    assert code == 0, result.get("error")
+    r = check_train_result(result, epochs=1)
+    assert r["history"][0]["samples"] == 80  # 5 batches x 16 rows, 40 per worker
+
+
+def test_cluster_mode(runner):
+    code, result = runner.run({"name": "cluster", "mode": "cluster", "config": {}})
+    assert code == 0
+    assert result["clusterStatus"] == {"numNodes": 1, "totalCpu": 2.0, "totalGpu": 0.0}
+    nodes = result["results"]["nodes"]
+    assert len(nodes) == 1 and nodes[0]["cpu"] == 2.0 and nodes[0]["head"] is True
+    assert result["trainingTime"] == 0

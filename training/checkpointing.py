@@ -1,0 +1,157 @@
+"""Checkpoint folders: what goes in them, how they are verified, and where the latest one of a run is.
+
+A checkpoint is a folder that Ray Train persists under ``<storage>/<name>/epoch-NNNNNN``. Next to the framework's
+own files (``model.pt``, a TensorFlow checkpoint, ``model.ubj``) it holds ``training_checkpoint.json``: the epoch,
+the metric history of the whole lineage, and a SHA-256 of every file. A checkpoint whose manifest is missing or
+whose files do not match is *corrupt*: the driver checks the one a run would resume from before starting workers,
+and workers check again when they load it, so a damaged checkpoint is a clear error, never a silent restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+from training import storage
+from training.errors import CheckpointError
+
+META_FILE = "training_checkpoint.json"
+FORMAT_VERSION = 1
+RAY_SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
+
+
+def checkpoint_dir_name(epoch: int) -> str:
+    return f"epoch-{epoch:06d}"
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _files(directory: str) -> List[str]:
+    out = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), directory)
+            if rel != META_FILE:
+                out.append(rel.replace(os.sep, "/"))
+    return sorted(out)
+
+
+def write_manifest(directory: str, *, epoch: int, framework: str, history: List[dict], metrics: Dict[str, Any],
+                   extra: Optional[Dict[str, Any]] = None) -> dict:
+    """Write ``training_checkpoint.json`` describing the files already in ``directory``."""
+    meta = {
+        "format": FORMAT_VERSION,
+        "framework": framework,
+        "epoch": int(epoch),
+        "metrics": metrics,
+        "history": history,
+        "files": {rel: _sha256(os.path.join(directory, rel)) for rel in _files(directory)},
+        "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if extra:
+        meta["extra"] = extra
+    with open(os.path.join(directory, META_FILE), "w", encoding="utf-8") as fh:
+        json.dump(meta, fh, indent=1, default=float)
+    return meta
+
+
+def _check_meta(meta: Any, where: str) -> dict:
+    if not isinstance(meta, dict) or not isinstance(meta.get("files"), dict) or not isinstance(meta.get("epoch"), int):
+        raise CheckpointError(f"checkpoint {where} is corrupt: {META_FILE} lacks epoch/files")
+    if meta.get("format") != FORMAT_VERSION:
+        raise CheckpointError(f"checkpoint {where} has format {meta.get('format')!r}, this package reads {FORMAT_VERSION}")
+    return meta
+
+
+def verify_local(directory: str, framework: Optional[str] = None) -> dict:
+    """Verify a checkpoint folder on local disk; return its manifest. Raises ``CheckpointError``."""
+    meta_path = os.path.join(directory, META_FILE)
+    if not os.path.isdir(directory):
+        raise CheckpointError(f"checkpoint {directory} does not exist")
+    try:
+        with open(meta_path, encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {directory} is corrupt or not from this package: {META_FILE} is missing") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {directory} is corrupt: cannot read {META_FILE} ({exc})") from None
+    meta = _check_meta(meta, directory)
+    for rel, digest in meta["files"].items():
+        path = os.path.join(directory, rel)
+        if not os.path.exists(path):
+            raise CheckpointError(f"checkpoint {directory} is corrupt: {rel} is missing")
+        if _sha256(path) != digest:
+            raise CheckpointError(f"checkpoint {directory} is corrupt: {rel} does not match its recorded SHA-256")
+    if framework and meta.get("framework") not in (framework, None):
+        raise CheckpointError(
+            f"checkpoint {directory} was written by framework {meta.get('framework')!r}, this run uses {framework!r}"
+        )
+    return meta
+
+
+def verify(path: str, framework: Optional[str] = None) -> dict:
+    """Verify a checkpoint folder given as a local path or a storage URI (driver-side check)."""
+    if not storage.is_uri(path) or path.startswith("file://"):
+        return verify_local(path[len("file://"):] if path.startswith("file://") else path, framework)
+    try:
+        if not storage.is_dir(path):
+            raise CheckpointError(f"checkpoint {path} does not exist")
+        meta = json.loads(storage.read_bytes(storage.join(path, META_FILE)))
+    except CheckpointError:
+        raise
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {path} is corrupt or not from this package: {META_FILE} is missing") from None
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"checkpoint {path} is corrupt: cannot read {META_FILE} ({exc})") from None
+    meta = _check_meta(meta, path)
+    for rel, digest in meta["files"].items():
+        try:
+            data = storage.read_bytes(storage.join(path, rel))
+        except (OSError, FileNotFoundError):
+            raise CheckpointError(f"checkpoint {path} is corrupt: {rel} is missing") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise CheckpointError(f"checkpoint {path} is corrupt: {rel} does not match its recorded SHA-256")
+    if framework and meta.get("framework") not in (framework, None):
+        raise CheckpointError(f"checkpoint {path} was written by framework {meta.get('framework')!r}, this run uses {framework!r}")
+    return meta
+
+
+def latest_in_run(run_path: str) -> Optional[str]:
+    """The checkpoint Ray Train would hand to ``get_checkpoint()`` when this run is started again, or None.
+
+    Read from Ray Train's ``checkpoint_manager_snapshot.json`` in the run folder.
+    """
+    snap_path = storage.join(run_path, RAY_SNAPSHOT_FILE)
+    try:
+        if not storage.exists(snap_path):
+            return None
+        snap = json.loads(storage.read_bytes(snap_path))
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(
+            f"the run folder {run_path} has an unreadable {RAY_SNAPSHOT_FILE} ({exc}); "
+            "delete the run folder or use another name to start afresh"
+        ) from None
+    latest = snap.get("latest_checkpoint_result") if isinstance(snap, dict) else None
+    if not latest:
+        return None
+    name = latest.get("checkpoint_dir_name")
+    if not name:
+        raise CheckpointError(f"the run folder {run_path} has a {RAY_SNAPSHOT_FILE} without a checkpoint folder name")
+    return storage.join(run_path, name)
+
+
+def checkpoint_to_resume(job: dict, run_path: str) -> Optional[str]:
+    """The checkpoint the first worker group of this run will load: the run's own latest, else ``resumeFrom``."""
+    own = latest_in_run(run_path)
+    if own:
+        return own
+    return job["checkpoint"].get("resumeFrom")

@@ -1,0 +1,193 @@
+"""Connecting to Ray, describing the cluster, and checking a request fits before any placement group is made.
+
+* ``RAY_ADDRESS`` set (a KubeRay RayJob sets it for its entrypoint): join that cluster.
+* Otherwise: start a local Ray on this machine, with the dashboard (``ray[default]``): Ray Train's placement-group
+  cleaner and Tune need its state API. Set ``TRAINING_RAY_DASHBOARD=0`` to skip it (faster start, noisier logs).
+* Ray already initialized in this process (tests share one session): reuse it and leave it running.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+from training.errors import ClusterConnectError, ResourceError
+
+#: Ray's own resource names for what the spec calls cpu / gpu.
+CPU, GPU = "CPU", "GPU"
+
+
+def _export_import_path() -> None:
+    """A local Ray's workers inherit the driver's environment: put this package's parent folder and the current
+    folder on their PYTHONPATH so they import ``training`` (and ``package.module`` trainers) from the same checkout.
+    On a cluster the package is installed in the image instead."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    for extra in (os.getcwd(), root):
+        if extra not in paths:
+            paths.insert(0, extra)
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+
+
+class RaySession:
+    """Context manager: connect (or start), and on exit shut down only what this object started."""
+
+    def __init__(self, address: Optional[str] = None, *, num_cpus: Optional[int] = None, quiet: bool = True):
+        self.address = address if address is not None else os.environ.get("RAY_ADDRESS") or None
+        self.num_cpus = num_cpus
+        self.quiet = quiet
+        self.started = False
+        self.init_seconds = 0.0
+        self.kind = ""
+
+    def __enter__(self) -> "RaySession":
+        import ray
+
+        t0 = time.time()
+        if ray.is_initialized():
+            self.kind = "existing"
+        elif self.address:
+            try:
+                ray.init(address=self.address, log_to_driver=True, logging_level="WARNING" if self.quiet else "INFO")
+            except (ConnectionError, RuntimeError) as exc:
+                cause = exc.__cause__ or exc
+                text = str(cause)
+                hint = ""
+                if "AuthToken" in text or "uthentication" in text:
+                    hint = (" The cluster uses token authentication: set RAY_AUTH_MODE=token and provide its token "
+                            "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token); an explicit RAY_ADDRESS "
+                            "never enables token auth by itself.")
+                lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+                first = next((ln for ln in lines if "Error:" in ln and not ln.startswith("Traceback")),
+                             lines[0] if lines else "")[:300]
+                raise ClusterConnectError(
+                    f"cannot join the Ray cluster at RAY_ADDRESS={self.address}: {type(cause).__name__}: {first}.{hint}",
+                    details=text[-2000:],
+                ) from None
+            self.started = True
+            self.kind = f"joined {self.address}"
+        else:
+            _export_import_path()
+            dashboard = os.environ.get("TRAINING_RAY_DASHBOARD", "1") not in ("0", "false", "no")
+            ray.init(
+                address="local",
+                num_cpus=self.num_cpus,
+                include_dashboard=dashboard,
+                log_to_driver=True,
+                logging_level="WARNING" if self.quiet else "INFO",
+            )
+            self.started = True
+            self.kind = "local"
+        self.init_seconds = time.time() - t0
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import ray
+
+        if self.started and ray.is_initialized():
+            ray.shutdown()
+
+
+def cluster_status(detail: bool = False) -> Dict[str, Any]:
+    """Seed 000's ``clusterStatus`` (numNodes, totalCpu, totalGpu); with ``detail``, per-node resources too."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources()
+    status: Dict[str, Any] = {
+        "numNodes": len(nodes),
+        "totalCpu": float(total.get(CPU, 0.0)),
+        "totalGpu": float(total.get(GPU, 0.0)),
+    }
+    if detail:
+        avail = ray.available_resources()
+        status["availableCpu"] = float(avail.get(CPU, 0.0))
+        status["availableGpu"] = float(avail.get(GPU, 0.0))
+        status["nodes"] = [
+            {
+                "nodeId": n.get("NodeID"),
+                "address": n.get("NodeManagerAddress"),
+                "head": "node:__internal_head__" in (n.get("Resources") or {}),
+                "cpu": float((n.get("Resources") or {}).get(CPU, 0.0)),
+                "gpu": float((n.get("Resources") or {}).get(GPU, 0.0)),
+                "memoryGiB": round(float((n.get("Resources") or {}).get("memory", 0.0)) / 2**30, 2),
+            }
+            for n in nodes
+        ]
+    return status
+
+
+def _per_node(kind: str) -> List[Dict[str, float]]:
+    import ray
+    from ray._private import state
+
+    try:
+        table = state.available_resources_per_node() if kind == "available" else state.total_resources_per_node()
+        return [dict(v) for v in table.values()]
+    except Exception:  # internal API: fall back to the node table's totals
+        return [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
+
+
+def _fits(per_node: List[Dict[str, float]], bundle: Dict[str, float], count: int) -> int:
+    """How many of ``count`` identical bundles a first-fit placement can put on these nodes."""
+    free = [dict(n) for n in per_node]
+    placed = 0
+    for _ in range(count):
+        for node in free:
+            if all(node.get(k, 0.0) + 1e-9 >= v for k, v in bundle.items()):
+                for k, v in bundle.items():
+                    node[k] = node.get(k, 0.0) - v
+                placed += 1
+                break
+    return placed
+
+
+def _describe(per_node: List[Dict[str, float]]) -> str:
+    parts = [f"node {i}: {n.get(CPU, 0):g} CPU, {n.get(GPU, 0):g} GPU" for i, n in enumerate(per_node)]
+    return "; ".join(parts) or "no nodes"
+
+
+def worker_bundle(job: Dict[str, Any]) -> Dict[str, float]:
+    bundle = {CPU: float(job["cpuPerWorker"])}
+    if job["gpuPerWorker"]:
+        bundle[GPU] = float(job["gpuPerWorker"])
+    return bundle
+
+
+def check_resources(job: Dict[str, Any], *, wait_seconds: Optional[float] = None, poll: float = 1.0) -> Dict[str, Any]:
+    """Fail fast (``ResourceError``) unless ``numWorkers`` bundles fit the cluster.
+
+    Beyond the cluster's totals: fail at once, listing what the nodes have. Within the totals but not free right
+    now (another job, or the placement group of a run that just ended): wait up to ``config.resourceWaitSeconds``
+    for it to be freed, then fail listing what is free. Ray Train itself would wait forever.
+    """
+    n = job["numWorkers"]
+    bundle = worker_bundle(job)
+    want = ", ".join(f"{v:g} {k}" for k, v in bundle.items())
+    totals = _per_node("total")
+    if _fits(totals, bundle, n) < n:
+        sums = {k: sum(node.get(k, 0.0) for node in totals) for k in (CPU, GPU)}
+        raise ResourceError(
+            f"the job asks for {n} worker(s) x ({want}) but the cluster can place at most "
+            f"{_fits(totals, bundle, n)}: it has {len(totals)} node(s) with {sums[CPU]:g} CPU and {sums[GPU]:g} GPU in all "
+            f"({_describe(totals)}). Lower config.numWorkers / config.resourcesPerWorker"
+            + (" or set config.useGpu: false" if bundle.get(GPU) and sums[GPU] == 0 else "")
+            + ".",
+            field="config.numWorkers" if _fits(totals, bundle, 1) >= 1 else "config.resourcesPerWorker",
+        )
+    wait_seconds = job.get("resourceWaitSeconds", 30.0) if wait_seconds is None else wait_seconds
+    deadline = time.time() + wait_seconds
+    while True:
+        avail = _per_node("available")
+        if _fits(avail, bundle, n) >= n:
+            return {"available": avail, "total": totals}
+        if time.time() >= deadline:
+            raise ResourceError(
+                f"the job asks for {n} worker(s) x ({want}); the cluster has room for it in total "
+                f"({_describe(totals)}) but only {_fits(avail, bundle, n)} fit into what has been free for "
+                f"{wait_seconds:g} s ({_describe(avail)}). Other work holds the rest; retry later or raise "
+                "config.resourceWaitSeconds.",
+                field="config.numWorkers",
+            )
+        time.sleep(poll)

@@ -1,0 +1,109 @@
+"""Per-worker loop for ``framework: tensorflow``: the seed-002 CNN in tf-keras under MultiWorkerMirroredStrategy.
+
+Ray's TensorflowTrainer sets ``TF_CONFIG`` on each worker; the strategy all-reduces gradients between them.
+Each worker feeds its own shard (``distribute_datasets_from_function``: no auto-sharding on top of ours).
+Saving under MWMS is collective, so every rank writes a checkpoint (non-zero ranks to a throw-away folder).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict
+
+from training.env import TF_WORKER_ENV
+from training.errors import CheckpointError
+
+TF_CKPT_PREFIX = "tf/ckpt"
+
+
+def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
+    for key, value in TF_WORKER_ENV.items():  # before TensorFlow is imported
+        os.environ.setdefault(key, value)
+    from training.worker import WorkerContext
+
+    ctx = WorkerContext(config["job"])
+    job = ctx.job
+
+    import tensorflow as tf
+
+    from training.models_tf import build_cnn, keras
+
+    k = keras()
+    tf.get_logger().setLevel("ERROR")  # MWMS logs every collective it builds at INFO
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(max(1, int(job["cpuPerWorker"])))
+    except RuntimeError:
+        pass  # already initialized in this process
+    k.utils.set_random_seed(ctx.seed)
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    shard = ctx.data()
+    mc = ctx.model_config
+    with strategy.scope():
+        model = build_cnn(shard.input_shape, shard.num_classes, mc["filters"], mc["dense"], mc["convDropout"], mc["denseDropout"])
+        optimizer = k.optimizers.Adam(learning_rate=ctx.lr)
+        model.compile(optimizer=optimizer,
+                      loss=k.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=[k.metrics.SparseCategoricalAccuracy(name="accuracy")])
+        tf_ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        if ctx.checkpoint_dir:
+            prefix = os.path.join(ctx.checkpoint_dir, TF_CKPT_PREFIX)
+            if not os.path.exists(prefix + ".index"):
+                raise CheckpointError(f"checkpoint {ctx.checkpoint_dir} lacks the TensorFlow checkpoint {TF_CKPT_PREFIX}")
+            try:
+                tf_ckpt.read(prefix).expect_partial()
+            except Exception as exc:
+                raise CheckpointError(f"checkpoint {ctx.checkpoint_dir} cannot be loaded into this model: {exc}") from None
+    if ctx.rank == 0 and not ctx.checkpoint_dir:
+        ctx.log(f"tensorflow CNN {mc['filters']}/{mc['dense']}: {model.count_params():,} parameters; "
+                f"{ctx.world_size} worker(s) x {len(shard.x_train)} training samples "
+                f"({shard.source}, input {shard.input_shape}), {strategy.num_replicas_in_sync} replicas in sync")
+
+    n = len(shard.x_train)
+    bs = min(ctx.batch_size, n)
+    steps = max(n // bs, 1)
+    # Validation batches must be equal on every worker (collectives): the largest batch <= 256 that divides the
+    # shard covers all of it; a shard with no such divisor >= 16 drops its last partial batch instead.
+    n_val = len(shard.x_val)
+    vbs = next((d for d in range(min(256, n_val), 0, -1) if n_val % d == 0), 1)
+    if vbs < 16:
+        vbs = min(ctx.batch_size, n_val)
+    vsteps = max(n_val // vbs, 1)
+
+    def train_data(epoch):
+        def fn(_input_context):
+            ds = tf.data.Dataset.from_tensor_slices((shard.x_train, shard.y_train))
+            ds = ds.shuffle(n, seed=ctx.seed * 100003 + epoch * 101 + ctx.rank).repeat()
+            return ds.batch(bs, drop_remainder=True).prefetch(2)
+        return strategy.distribute_datasets_from_function(fn)
+
+    def val_data():
+        def fn(_input_context):
+            return tf.data.Dataset.from_tensor_slices((shard.x_val, shard.y_val)).batch(vbs, drop_remainder=True)
+        return strategy.distribute_datasets_from_function(fn)
+
+    class FaultHook(k.callbacks.Callback):
+        def __init__(self, epoch):
+            super().__init__()
+            self.epoch = epoch
+
+        def on_train_batch_end(self, batch, logs=None):
+            ctx.batch_hook(self.epoch, batch, steps)
+
+    def evaluate():
+        vals = model.evaluate(val_data(), steps=vsteps, verbose=0, return_dict=True)
+        return {"val_loss": vals["loss"], "val_accuracy": vals["accuracy"]}
+
+    def save(directory: str) -> None:
+        tf_ckpt.write(os.path.join(directory, TF_CKPT_PREFIX))
+
+    for epoch in ctx.epochs():
+        hist = model.fit(train_data(epoch), epochs=epoch, initial_epoch=epoch - 1, steps_per_epoch=steps,
+                         verbose=0, callbacks=[FaultHook(epoch)])
+        metrics = {"loss": hist.history["loss"][-1], "accuracy": hist.history["accuracy"][-1], **evaluate(),
+                   "samples": steps * bs * ctx.world_size}
+        ctx.report(epoch, metrics, save=save, save_on_all_ranks=True)
+
+    if not ctx.trained_epochs:
+        ctx.record_evaluation(evaluate())
+    return ctx.summary()

@@ -1,0 +1,104 @@
+"""Per-worker loop for ``framework: pytorch``: the seed-002 CNN under Ray Train's TorchTrainer (DDP, gloo on CPU)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict
+
+from training.errors import CheckpointError
+from training.worker import WorkerContext
+
+MODEL_FILE = "model.pt"
+
+
+def _allreduce_sum(values, device):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
+    import torch
+    import torch.nn.functional as F
+    from ray.train.torch import get_device, prepare_model
+
+    from training.models_torch import build_cnn, count_parameters
+
+    ctx = WorkerContext(config["job"])
+    job = ctx.job
+    torch.manual_seed(ctx.seed)
+    torch.set_num_threads(max(1, int(job["cpuPerWorker"])))
+    shard = ctx.data()
+    mc = ctx.model_config
+    model = build_cnn(shard.input_shape, shard.num_classes, mc["filters"], mc["dense"], mc["convDropout"], mc["denseDropout"])
+    optimizer = torch.optim.Adam(model.parameters(), lr=ctx.lr)
+    if ctx.checkpoint_dir:
+        try:
+            state = torch.load(ctx.checkpoint_file(MODEL_FILE), map_location="cpu", weights_only=True)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(f"checkpoint {ctx.checkpoint_dir} cannot be loaded into this model: {exc}") from None
+    if ctx.rank == 0 and not ctx.checkpoint_dir:
+        ctx.log(f"pytorch CNN {mc['filters']}/{mc['dense']}: {count_parameters(model):,} parameters; "
+                f"{ctx.world_size} worker(s) x {len(shard.x_train)} training samples "
+                f"({shard.source}, input {shard.input_shape})")
+    bare = model
+    device = get_device()
+    model = prepare_model(model)  # moves to device, wraps in DDP when world_size > 1
+
+    x_train = torch.from_numpy(shard.x_train).permute(0, 3, 1, 2).contiguous()
+    y_train = torch.from_numpy(shard.y_train)
+    x_val = torch.from_numpy(shard.x_val).permute(0, 3, 1, 2).contiguous()
+    y_val = torch.from_numpy(shard.y_val)
+    n = len(x_train)
+    bs = min(ctx.batch_size, n)
+    num_batches = max(n // bs, 1)  # every shard has the same size, so every rank runs the same number of steps
+
+    def evaluate():
+        # The unwrapped module: no DDP buffer broadcasts (collectives) during evaluation.
+        bare.eval()
+        loss_sum = correct = 0.0
+        with torch.no_grad():
+            for i in range(0, len(x_val), 512):
+                xb, yb = x_val[i:i + 512].to(device), y_val[i:i + 512].to(device)
+                out = bare(xb)
+                loss_sum += F.cross_entropy(out, yb, reduction="sum").item()
+                correct += (out.argmax(1) == yb).sum().item()
+        loss_sum, correct, count = _allreduce_sum([loss_sum, correct, float(len(x_val))], device)
+        return {"val_loss": loss_sum / count, "val_accuracy": correct / count}
+
+    def save(directory: str) -> None:
+        torch.save({"model": bare.state_dict(), "optimizer": optimizer.state_dict()}, os.path.join(directory, MODEL_FILE))
+
+    for epoch in ctx.epochs():
+        model.train()
+        gen = torch.Generator().manual_seed(ctx.seed * 100003 + epoch * 101 + ctx.rank)
+        perm = torch.randperm(n, generator=gen)
+        loss_sum = correct = 0.0
+        seen = 0
+        for b in range(num_batches):
+            idx = perm[b * bs:(b + 1) * bs]
+            xb, yb = x_train[idx].to(device), y_train[idx].to(device)
+            optimizer.zero_grad(set_to_none=True)
+            out = model(xb)
+            loss = F.cross_entropy(out, yb)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.item() * len(idx)
+            correct += (out.argmax(1) == yb).sum().item()
+            seen += len(idx)
+            ctx.batch_hook(epoch, b, num_batches)
+        loss_sum, correct, seen = _allreduce_sum([loss_sum, correct, float(seen)], device)
+        metrics = {"loss": loss_sum / seen, "accuracy": correct / seen, **evaluate(), "samples": int(round(seen))}
+        ctx.report(epoch, metrics, save=save)
+
+    if not ctx.trained_epochs:
+        ctx.record_evaluation(evaluate())
+    return ctx.summary()
