@@ -180,8 +180,7 @@ def operators_applicationset(env: Environment) -> dict:
          "targetRevision": TRAINING_OPERATOR_VERSION, "path": "manifests/overlays/standalone", "chart": "",
          "namespace": TRAINING_OPERATOR_NAMESPACE},
     ]
-    policy = sync_policy(env)
-    policy["syncOptions"] = sorted(set(policy["syncOptions"]) | {"Replace=false"})
+    policy = sync_policy(env)  # ServerSideApply=true: the KubeRay CRDs are too large for client-side apply
     return {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
         "metadata": _meta(f"{env.name}-operators", wave=-10, labels={ENV_LABEL: env.name}),
