@@ -81,8 +81,11 @@ def compare(base: Path, head: Path) -> list[Change]:
     changes = []
     for old, new in pairs.items():
         label_old, label_new = f"apps/{old[0]}/{old[1]}/{old[2]}", f"apps/{new[0]}/{new[1]}/{new[2]}"
+        # the run hash itself is in the header; inside, show only what changed besides it
+        old_hash, new_hash = _RUN_HASH.search(old[2]).group(0), _RUN_HASH.search(new[2]).group(0)
+        before = [line.replace(old_hash, new_hash) for line in _canonical(a[old])]
         changes.append(Change(new[0], new[1], f"{old[2]} -> {new[2]} (a new run)", "changed",
-                              list(difflib.unified_diff(_canonical(a[old]), _canonical(b[new]), label_old, label_new))))
+                              list(difflib.unified_diff(before, _canonical(b[new]), label_old, label_new))))
     paired = set(pairs) | set(pairs.values())
     for key in sorted(set(a) | set(b)):
         if key in paired:
