@@ -118,6 +118,10 @@ def _semantic_checks(spec: Mapping[str, Any]) -> None:
     ck = spec.get("checkpoint", {})
     if ck.get("keepBest") and ck.get("metric") == "":
         raise SpecError("checkpoint.metric must name a metric", field="checkpoint.metric")
+    if spec.get("mode") == "tune":
+        from training.tune_spec import semantic_checks
+
+        semantic_checks(spec)
 
 
 def _abs_storage(path: str, base: Path | None = None) -> str:
@@ -139,7 +143,7 @@ def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None)
     sc = tc.get("scalingConfig", {}) or {}
     data = spec.get("data", {}) or {}
     ck = spec.get("checkpoint", {}) or {}
-    framework = tc.get("framework")
+    framework = tc.get("framework") or ("pytorch" if spec["mode"] == "tune" else None)
     fdefaults = FRAMEWORK_DEFAULTS.get(framework or "pytorch")
 
     rpw = {**(cfg.get("resourcesPerWorker") or {}), **(sc.get("resourcesPerWorker") or {})}
@@ -195,6 +199,10 @@ def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None)
         "tuneConfig": spec.get("tuneConfig"),
         "spec": spec,
     }
+    if job["mode"] == "tune":
+        from training.tune_spec import normalize_tune
+
+        job["tune"] = normalize_tune(spec, job)
     return job
 
 
