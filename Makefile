@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train test-training image chart-schemas values test bench-render clean
+.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -49,6 +49,15 @@ test: setup ## run the whole test suite
 
 train: setup ## run a training job spec, locally or against RAY_ADDRESS (SPEC=..., OUTPUT=..., NAME=...)
 	@$(PY) -m training run $(or $(SPEC),training/examples/digits-torch.yaml) $(if $(OUTPUT),--output $(OUTPUT)) $(if $(NAME),--name $(NAME))
+
+tune: setup ## hyperparameter search (SPEC=training/examples/tune-digits-asha.yaml, RESUME=1 to resume, SAMPLES=N)
+	@$(PY) -m training run $(or $(SPEC),training/examples/tune-digits-asha.yaml) $(if $(RESUME),--resume) $(if $(SAMPLES),--num-samples $(SAMPLES))
+
+bench-train: setup ## plain PyTorch/TensorFlow vs Ray Train 1 and 2 workers: JSON, table, plot in results/bench-train
+	@$(PY) -m training.bench.train $(BENCH_ARGS)
+
+bench-tune: setup ## ASHA vs FIFO at the same numSamples: JSON, table, plot in results/bench-tune
+	@$(PY) -m training.bench.tune $(BENCH_ARGS)
 
 test-training: setup ## only the training package tests (real Ray training, about 3 min on 2 cores)
 	@$(PY) -m pytest tests/training -q

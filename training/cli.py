@@ -19,6 +19,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p_run.add_argument("spec", help="job spec file (.yaml/.yml/.json)")
     p_run.add_argument("--output", "-o", help="result JSON path (default: <storage>/<name>/result.json)")
     p_run.add_argument("--name", help="run name instead of the spec's (a new name starts afresh; the same name resumes)")
+    p_run.add_argument("--resume", action="store_true",
+                       help="mode tune: continue the interrupted experiment of this name (finished trials are kept)")
+    p_run.add_argument("--num-samples", type=int, metavar="N", help="mode tune: tuneConfig.numSamples for this run")
+    p_run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", dest="sets",
+                       help="override a spec field before validation (dotted path, YAML value), e.g. "
+                            "--set config.numWorkers=1; repeatable")
 
     p_val = sub.add_parser("validate", help="validate job spec(s) without starting Ray")
     p_val.add_argument("specs", nargs="+")
@@ -31,7 +37,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "run":
         from training.runner import run
 
-        code, _, _ = run(args.spec, args.output, name=args.name)
+        code, _, _ = run(args.spec, args.output, name=args.name, resume=args.resume, sets=args.sets,
+                         num_samples=args.num_samples)
         return code
 
     if args.command == "validate":

@@ -14,13 +14,12 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from training import checkpointing, storage
 from training.env import apply_quiet_defaults
 from training.errors import (
     CheckpointError,
-    NotImplementedMode,
     SpecError,
     TrainingFailed,
     TrainingJobError,
@@ -204,19 +203,18 @@ def _pre_ray_checks(job: Dict[str, Any]) -> Tuple[Optional[Any], Optional[str]]:
     from training.data import check_source
 
     user_fn = None
-    if job["mode"] == "tune":
-        raise NotImplementedMode(
-            "mode: tune is validated but not implemented by this package yet (issue #6); "
-            "use mode: train, or mode: cluster to inspect the cluster",
-            field="mode",
-        )
-    if job["mode"] != "train":
+    if job["mode"] not in ("train", "tune"):
         return None, None
     if job["trainerPath"]:
         from training.user_trainer import load_function
 
         user_fn = load_function(job["trainerPath"], search_dirs=[Path(job.get("_specDir", "."))])
     check_source(job["data"])
+    if job["mode"] == "tune":
+        from training.tune import check_resume
+
+        check_resume(job, bool(job.get("_resume")))
+        return user_fn, None
     resume = checkpointing.checkpoint_to_resume(job, run_path(job))
     if resume:
         try:
@@ -229,10 +227,14 @@ def _pre_ray_checks(job: Dict[str, Any]) -> Tuple[Optional[Any], Optional[str]]:
     return user_fn, resume
 
 
-def run(spec_path: str, output: Optional[str] = None, environ=None, name: Optional[str] = None) -> Tuple[int, dict, Optional[str]]:
+def run(spec_path: str, output: Optional[str] = None, environ=None, name: Optional[str] = None, *,
+        resume: bool = False, sets: Optional[List[str]] = None,
+        num_samples: Optional[int] = None) -> Tuple[int, dict, Optional[str]]:
     """Run a spec file; returns (exit code, result dict, where the result was written).
 
-    ``name`` overrides the spec's ``name`` (a new name starts a new run instead of resuming the old one)."""
+    ``name`` overrides the spec's ``name`` (a new name starts a new run instead of resuming the old one).
+    ``sets`` (``--set a.b=value``) and ``num_samples`` (``--num-samples``) change the spec before validation;
+    ``resume`` continues an existing Tune experiment of the same name (``mode: tune``)."""
     environ = os.environ if environ is None else environ
     apply_quiet_defaults()
     t0 = time.time()
@@ -240,8 +242,20 @@ def run(spec_path: str, output: Optional[str] = None, environ=None, name: Option
     job: Optional[Dict[str, Any]] = None
     cluster: Optional[dict] = None
     fit_s = 0.0
+    code = 0
     try:
-        job = load_job(spec_path, environ)
+        if sets or num_samples is not None:
+            from training.spec import normalize, validate_spec
+            from training.tune_spec import apply_overrides
+
+            raw = load_spec_file(spec_path)
+            changed = apply_overrides(raw, sets, num_samples)
+            say(f"spec overrides: {', '.join(changed)}")
+            validate_spec(raw)
+            job = normalize(raw, environ)
+        else:
+            job = load_job(spec_path, environ)
+        job["_resume"] = bool(resume)
         if name:
             from training.spec import NAME_PATTERN
 
@@ -253,7 +267,7 @@ def run(spec_path: str, output: Optional[str] = None, environ=None, name: Option
         say(f"spec {spec_path}: mode={job['mode']} name={job['name']}"
             + (f" framework={job['framework']} workers={job['numWorkers']} epochs={job['epochs']}"
                f" storage={job['checkpoint']['storagePath']} ({job['checkpoint']['storageSource']})"
-               if job["mode"] == "train" else ""))
+               if job["mode"] in ("train", "tune") else ""))
         user_fn, _ = _pre_ray_checks(job)
 
         from training.cluster import RaySession, check_resources, cluster_status
@@ -272,6 +286,11 @@ def run(spec_path: str, output: Optional[str] = None, environ=None, name: Option
                     "clusterStatus": cluster,
                     "trainingTime": 0.0,
                 }
+            elif job["mode"] == "tune":
+                from training.tune import run_experiment
+
+                result, code, fit_s = run_experiment(job, user_fn, cluster, resume=bool(resume), environ=environ)
+                timings["fit"] = round(fit_s, 3)
             else:
                 t = time.time()
                 check_resources(job)
@@ -296,7 +315,7 @@ def run(spec_path: str, output: Optional[str] = None, environ=None, name: Option
                 result = _success_train(job, fit_result, cluster, fit_s)
         timings["total"] = round(time.time() - t0, 3)
         result.update({"name": job["name"], "mode": job["mode"], "timings": timings})
-        code = 0
+        code = code if job["mode"] == "tune" else 0
     except TrainingJobError as exc:
         timings["total"] = round(time.time() - t0, 3)
         say(f"error ({exc.kind}): {exc.message}")

@@ -148,6 +148,31 @@ def digits_spec(name: str, framework: str = "pytorch", **train) -> Dict[str, Any
     }
 
 
+def tune_spec(name: str, scheduler: str = "fifo", samples: int = 1, epochs: int = 2,
+              space: Optional[Dict[str, Any]] = None, **tune) -> Dict[str, Any]:
+    """A small mode: tune spec: one-worker trials (trialRunner auto -> local) of a tiny CNN on 256 digits."""
+    return {
+        "name": name,
+        "mode": "tune",
+        "config": {"numWorkers": 1, "resourcesPerWorker": {"cpu": 1}, "resourceWaitSeconds": 60},
+        "trainConfig": {"framework": "pytorch", "epochs": epochs, "batchSize": 64,
+                        "model": {"filters": [8, 16, 32], "dense": 32}},
+        "data": {"source": "digits", "maxTrainSamples": 256, "maxValSamples": 128},
+        "tuneConfig": {
+            "searchSpace": space or {"lr": {"type": "grid", "values": [3e-3, 1e-2]}},
+            "scheduler": scheduler, "numSamples": samples, "metric": "val_loss", "mode": "min", **tune,
+        },
+    }
+
+
+@pytest.fixture(scope="session")
+def ray_address(ray_session) -> str:
+    """The session Ray's address, for subprocesses that must join it instead of starting a second Ray."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
 # ------------------------------------------------------------------ CIFAR-10 in its exact on-disk format
 
 def write_cifar10_batches(root: Path, per_batch: int = 8, seed: int = 0) -> Dict[str, np.ndarray]:

@@ -1,0 +1,340 @@
+"""``tuneConfig`` of a ``mode: tune`` spec: what the schema cannot check, and the normalized form the driver uses.
+
+Runs before Ray is imported (called from :func:`training.spec.validate_spec` and :func:`training.spec.normalize`),
+so every bad search space, scheduler option or metric is reported before any trial starts, naming the field.
+
+Search-space keys name trainConfig fields:
+
+* ``lr``, ``batchSize``, ``seed``: trainConfig's own fields (every framework);
+* ``model.filters``, ``model.dense``, ``model.convDropout``, ``model.denseDropout``: the built-in CNN
+  (pytorch, tensorflow);
+* ``xgboost.<param>``: an xgboost.train parameter (xgboost);
+* ``params.<name>`` (or a bare ``<name>``) with ``trainConfig.trainerPath``: ``ctx.params[name]`` of a user trainer.
+
+Distributions: ``loguniform`` / ``uniform`` (min, max), ``quniform`` (min, max, q), ``randint`` (min, max, both
+inclusive), ``choice`` (values, sampled), ``grid`` (values, every one: the grid is repeated ``numSamples`` times).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from training.errors import SpecError
+
+DISTRIBUTIONS = ("loguniform", "uniform", "quniform", "randint", "choice", "grid")
+SCHEDULERS = ("asha", "pbt", "median", "fifo")
+TRIAL_RUNNERS = ("auto", "local", "train")
+
+#: What the built-in loops report every epoch (training/train_*.py through WorkerContext.report).
+BUILTIN_METRICS = {
+    "pytorch": ("loss", "accuracy", "val_loss", "val_accuracy", "samples", "epoch", "epoch_time_s"),
+    "tensorflow": ("loss", "accuracy", "val_loss", "val_accuracy", "samples", "epoch", "epoch_time_s"),
+    "xgboost": ("loss", "accuracy", "val_loss", "val_accuracy", "trees", "epoch", "epoch_time_s"),
+}
+#: Filled in by Tune itself for every report.
+TUNE_METRICS = ("training_iteration", "time_total_s", "time_this_iter_s")
+
+# key -> (kind, lower bound, lower inclusive, upper bound, frameworks or None for all built-in ones)
+_INF = math.inf
+TOP_KEYS = {
+    "lr": ("float", 0.0, False, _INF, None),
+    "batchSize": ("int", 1, True, _INF, None),
+    "seed": ("int", 0, True, _INF, None),
+}
+MODEL_KEYS = {
+    "model.filters": ("intlist", 1, True, _INF, ("pytorch", "tensorflow")),
+    "model.dense": ("int", 1, True, _INF, ("pytorch", "tensorflow")),
+    "model.convDropout": ("float", 0.0, True, 0.95, ("pytorch", "tensorflow")),
+    "model.denseDropout": ("float", 0.0, True, 0.95, ("pytorch", "tensorflow")),
+}
+
+DEFAULT_KEEP_CHECKPOINTS = 2
+
+
+def _err(msg: str, field: str) -> SpecError:
+    return SpecError(f"{field}: {msg}", field=field)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def target_of(key: str, framework: str, user_trainer: bool, field: str) -> Tuple[str, tuple]:
+    """The job path a search-space key sets, and its (kind, bounds); ``SpecError`` when the trainer has no such knob."""
+    if key in TOP_KEYS:
+        return key, TOP_KEYS[key]
+    if key in MODEL_KEYS and not user_trainer:
+        info = MODEL_KEYS[key]
+        if framework not in info[4]:
+            raise _err(f"{key} belongs to the built-in CNN (pytorch, tensorflow), not to the {framework} trainer", field)
+        return key, info
+    if key.startswith("xgboost.") and len(key) > len("xgboost.") and not user_trainer:
+        if framework != "xgboost":
+            raise _err(f"{key} is an xgboost parameter but trainConfig.framework is {framework}", field)
+        return key, ("any", None, True, None, None)
+    if key.startswith("params.") and len(key) > len("params."):
+        if not user_trainer:
+            raise _err(f"{key} is read by a user trainer (trainConfig.trainerPath); the built-in {framework} "
+                       "trainer has no params", field)
+        return key, ("any", None, True, None, None)
+    if user_trainer and "." not in key:
+        return "params." + key, ("any", None, True, None, None)
+    allowed = ["lr", "batchSize", "seed"]
+    if framework in ("pytorch", "tensorflow"):
+        allowed += list(MODEL_KEYS)
+    if framework == "xgboost":
+        allowed.append("xgboost.<param>")
+    raise _err(f"{key!r} is not a hyperparameter of the built-in {framework} trainer; tune one of "
+               f"{', '.join(allowed)} (or use trainConfig.trainerPath and params.<name>)", field)
+
+
+def _check_value(v: Any, kind: str, lo, lo_incl: bool, hi, field: str, key: str) -> None:
+    if kind == "any":
+        return
+    if kind == "intlist":
+        if not isinstance(v, list) or not v or not all(_is_int(x) and x >= 1 for x in v) or len(v) > 6:
+            raise _err(f"{key} takes lists of 1-6 positive integers (filters per conv block), got {v!r}", field)
+        return
+    if kind == "int" and not (_is_int(v) or (isinstance(v, float) and v.is_integer())):
+        raise _err(f"{key} takes integers, got {v!r}", field)
+    if not _is_num(v):
+        raise _err(f"{key} takes numbers, got {v!r}", field)
+    if (v < lo) or (v == lo and not lo_incl) or v > hi:
+        lo_s = f"{'>=' if lo_incl else '>'} {lo:g}"
+        hi_s = f" and <= {hi:g}" if hi != _INF else ""
+        raise _err(f"{key} must be {lo_s}{hi_s}, got {v!r}", field)
+
+
+def check_distribution(key: str, dist: Mapping[str, Any], info: tuple, field: str) -> None:
+    """Value checks for one search-space entry (the schema has already checked its shape)."""
+    kind, lo, lo_incl, hi, _ = info
+    t = dist["type"]
+    takes = {"loguniform": ("min", "max"), "uniform": ("min", "max"), "quniform": ("min", "max", "q"),
+             "randint": ("min", "max"), "choice": ("values",), "grid": ("values",)}[t]
+    stray = sorted(k for k in dist if k not in takes and k not in ("type", "target", "kind"))
+    if stray:
+        raise _err(f"{t} takes {', '.join(takes)}, not {', '.join(stray)}", f"{field}.{stray[0]}")
+    if t in ("choice", "grid"):
+        values = dist["values"]
+        for i, v in enumerate(values):
+            _check_value(v, kind, lo, lo_incl, hi, f"{field}.values[{i}]", key)
+        return
+    if kind == "intlist":
+        raise _err(f"{key} takes lists: use choice or grid, not {t}", f"{field}.type")
+    mn, mx = dist["min"], dist["max"]
+    if t == "randint":
+        if mn > mx:
+            raise _err(f"min ({mn}) > max ({mx})", f"{field}.min")
+    elif mn >= mx:
+        raise _err(f"min ({mn:g}) must be below max ({mx:g})" if mn != mx else
+                   f"min and max are both {mn:g}: a constant belongs in trainConfig, not in the search space",
+                   f"{field}.min")
+    if t == "loguniform" and mn <= 0:
+        raise _err(f"loguniform needs min > 0, got {mn:g}", f"{field}.min")
+    if t == "quniform":
+        q = dist["q"]
+        if q > (mx - mn):
+            raise _err(f"q ({q:g}) is larger than max - min ({mx - mn:g})", f"{field}.q")
+    if kind == "int":
+        if t in ("loguniform", "uniform"):
+            raise _err(f"{key} takes integers: use randint, quniform with an integer q, choice or grid, not {t}",
+                       f"{field}.type")
+        if t == "quniform" and not (float(dist["q"]).is_integer() and float(mn).is_integer()):
+            raise _err(f"{key} takes integers: quniform needs an integer q and min", f"{field}.q")
+    if kind != "any":
+        _check_value(mn, "float" if kind == "float" else kind, lo, lo_incl, hi, f"{field}.min", key)
+        _check_value(mx, "float" if kind == "float" else kind, lo, lo_incl, hi, f"{field}.max", key)
+
+
+def framework_of(spec: Mapping[str, Any]) -> str:
+    return (spec.get("trainConfig") or {}).get("framework") or "pytorch"
+
+
+def semantic_checks(spec: Mapping[str, Any]) -> None:
+    """Everything about ``tuneConfig`` of a ``mode: tune`` spec the schema cannot say."""
+    tc = spec.get("tuneConfig") or {}
+    train = spec.get("trainConfig") or {}
+    framework = framework_of(spec)
+    user_trainer = bool(train.get("trainerPath"))
+    space = tc.get("searchSpace")
+    if not space:
+        raise _err("is empty or missing: name at least one hyperparameter to tune "
+                   "(e.g. lr: {type: loguniform, min: 1.0e-4, max: 1.0e-1})", "tuneConfig.searchSpace")
+    targets = {}
+    for key, dist in space.items():
+        field = f"tuneConfig.searchSpace.{key}"
+        target, info = target_of(key, framework, user_trainer, field)
+        if target in targets:
+            raise _err(f"sets {target} again (already set by {targets[target]})", field)
+        targets[target] = key
+        check_distribution(key, dist, info, field)
+    for name in ("metric", "mode"):
+        if not tc.get(name):
+            raise _err("is required for mode: tune" + (" (min or max)" if name == "mode" else
+                       " (what the trainer reports, e.g. val_loss)"), f"tuneConfig.{name}")
+    metric = tc["metric"]
+    if not user_trainer:
+        reported = BUILTIN_METRICS[framework] + TUNE_METRICS
+        if metric not in reported:
+            raise _err(f"the built-in {framework} trainer never reports {metric!r}; it reports "
+                       f"{', '.join(BUILTIN_METRICS[framework])}", "tuneConfig.metric")
+    scheduler = tc.get("scheduler", "fifo")
+    opts = tc.get("schedulerConfig") or {}
+    epochs = int(train.get("epochs", 50 if framework == "xgboost" else 5))
+    misplaced = sorted(set(opts) - set(SCHEDULER_OPTIONS[scheduler]))
+    if misplaced:
+        raise _err(f"{', '.join(misplaced)} is not an option of scheduler {scheduler} (its options: "
+                   f"{', '.join(SCHEDULER_OPTIONS[scheduler]) or 'none'})", f"tuneConfig.schedulerConfig.{misplaced[0]}")
+    max_t = int(opts.get("maxT", epochs))
+    if scheduler in ("asha", "median"):
+        grace = int(opts.get("gracePeriod", 1))
+        if grace > max_t:
+            raise _err(f"gracePeriod ({grace}) exceeds maxT ({max_t}, default trainConfig.epochs)",
+                       "tuneConfig.schedulerConfig.gracePeriod")
+    if scheduler == "asha" and max_t > epochs:
+        raise _err(f"maxT ({max_t}) exceeds trainConfig.epochs ({epochs}): no trial trains that long",
+                   "tuneConfig.schedulerConfig.maxT")
+    if scheduler == "pbt":
+        mutable = [k for k, d in space.items() if d["type"] != "grid"]
+        if not mutable:
+            raise _err("pbt perturbs hyperparameters between epochs: give it at least one non-grid search-space "
+                       "entry", "tuneConfig.searchSpace")
+        interval = int(opts.get("perturbationInterval", default_perturbation_interval(epochs)))
+        if interval >= epochs:
+            raise _err(f"perturbationInterval ({interval}) must be below trainConfig.epochs ({epochs}), or pbt never "
+                       "perturbs", "tuneConfig.schedulerConfig.perturbationInterval")
+    cfg = spec.get("config") or {}
+    sc = train.get("scalingConfig") or {}
+    workers = int(sc.get("numWorkers", cfg.get("numWorkers", 1)))
+    runner = tc.get("trialRunner", "auto")
+    if runner == "local" and workers > 1:
+        raise _err(f"local runs each trial in one process (one worker) but config.numWorkers is {workers}; "
+                   "use trialRunner: train (each trial a Ray Train run) or numWorkers: 1", "tuneConfig.trialRunner")
+    rpt = tc.get("resourcesPerTrial") or {}
+    if resolve_runner(runner, workers) == "local" and "cpu" in rpt and rpt["cpu"] <= 0:
+        raise _err("a local trial trains in its own process and needs cpu > 0", "tuneConfig.resourcesPerTrial.cpu")
+
+
+SCHEDULER_OPTIONS = {
+    "asha": ("gracePeriod", "reductionFactor", "maxT", "brackets"),
+    "median": ("gracePeriod", "minSamplesRequired"),
+    "pbt": ("perturbationInterval", "quantileFraction", "resampleProbability", "synch"),
+    "fifo": (),
+}
+
+
+def default_perturbation_interval(epochs: int) -> int:
+    return max(1, epochs // 4)
+
+
+def resolve_runner(runner: str, workers: int) -> str:
+    """``auto``: a multi-worker trial is a Ray Train run; a one-worker trial trains in the trial's own process."""
+    if runner == "auto":
+        return "train" if workers > 1 else "local"
+    return runner
+
+
+def normalize_tune(spec: Mapping[str, Any], job: Dict[str, Any]) -> Dict[str, Any]:
+    """The normalized ``tuneConfig`` (defaults filled in); called for a validated ``mode: tune`` spec."""
+    tc = dict(spec.get("tuneConfig") or {})
+    framework = job["framework"]
+    user_trainer = bool(job["trainerPath"])
+    space = {}
+    for key, dist in tc["searchSpace"].items():
+        target, info = target_of(key, framework, user_trainer, f"tuneConfig.searchSpace.{key}")
+        space[key] = {"target": target, "kind": info[0], **dist}
+    scheduler = tc.get("scheduler", "fifo")
+    opts = dict(tc.get("schedulerConfig") or {})
+    epochs = job["epochs"]
+    if scheduler == "asha":
+        opts = {"gracePeriod": int(opts.get("gracePeriod", 1)), "reductionFactor": float(opts.get("reductionFactor", 3)),
+                "maxT": int(opts.get("maxT", epochs)), "brackets": int(opts.get("brackets", 1))}
+    elif scheduler == "median":
+        opts = {"gracePeriod": int(opts.get("gracePeriod", 1)),
+                "minSamplesRequired": int(opts.get("minSamplesRequired", 3))}
+    elif scheduler == "pbt":
+        opts = {"perturbationInterval": int(opts.get("perturbationInterval", default_perturbation_interval(epochs))),
+                "quantileFraction": float(opts.get("quantileFraction", 0.25)),
+                "resampleProbability": float(opts.get("resampleProbability", 0.25)),
+                "synch": bool(opts.get("synch", False))}
+    runner = resolve_runner(tc.get("trialRunner", "auto"), job["numWorkers"])
+    rpt = dict(tc.get("resourcesPerTrial") or {})
+    if runner == "local":
+        resources = {"cpu": float(rpt.get("cpu", job["cpuPerWorker"])), "gpu": float(rpt.get("gpu", job["gpuPerWorker"]))}
+    else:
+        resources = {"cpu": float(rpt.get("cpu", 0)), "gpu": float(rpt.get("gpu", 0))}
+    return {
+        "searchSpace": space,
+        "scheduler": scheduler,
+        "schedulerConfig": opts,
+        "numSamples": int(tc.get("numSamples", 1)),
+        "metric": tc["metric"],
+        "mode": tc["mode"],
+        "maxConcurrentTrials": tc.get("maxConcurrentTrials"),
+        "resourcesPerTrial": resources,
+        "maxFailures": int(tc.get("maxFailures", 2)),
+        "trialRunner": runner,
+        "seed": int(tc.get("seed", job["seed"])),
+        "keepCheckpointsPerTrial": int(tc.get("keepCheckpointsPerTrial", DEFAULT_KEEP_CHECKPOINTS)),
+    }
+
+
+def set_path(job: Dict[str, Any], target: str, value: Any, kind: str) -> None:
+    """Write one sampled value into a trial's job (``lr``, ``model.dense``, ``params.hidden`` ...)."""
+    if kind == "int" and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif kind == "int":
+        value = int(round(value))
+    elif kind == "float":
+        value = float(value)
+    elif hasattr(value, "item"):  # numpy scalar from a sampler
+        value = value.item()
+    node = job
+    *parents, leaf = target.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = value
+
+
+def apply_overrides(spec: Dict[str, Any], sets: Optional[List[str]] = None, num_samples: Optional[int] = None) -> List[str]:
+    """``--set a.b=value`` (value parsed as YAML) and ``--num-samples N`` on a raw spec, before validation.
+    Returns what was changed, for the log and the result."""
+    import yaml
+
+    changed = []
+    for item in sets or []:
+        if "=" not in item:
+            raise SpecError(f"--set {item!r} must look like path.to.field=value", field="--set")
+        path, raw = item.split("=", 1)
+        path = path.strip()
+        if not path or any(not p for p in path.split(".")):
+            raise SpecError(f"--set {item!r}: empty field name", field="--set")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise SpecError(f"--set {item!r}: the value is not valid YAML ({exc})", field="--set") from None
+        node = spec
+        *parents, leaf = path.split(".")
+        for p in parents:
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = node[p] = {}
+            if not isinstance(nxt, dict):
+                raise SpecError(f"--set {item!r}: {p} is not a mapping in the spec", field="--set")
+            node = nxt
+        node[leaf] = value
+        changed.append(f"{path}={value!r}")
+    if num_samples is not None:
+        if num_samples < 1:
+            raise SpecError("--num-samples must be at least 1", field="tuneConfig.numSamples")
+        tc = spec.get("tuneConfig")
+        if not isinstance(tc, dict):
+            raise SpecError("--num-samples needs a tuneConfig in the spec (mode: tune)", field="tuneConfig.numSamples")
+        tc["numSamples"] = int(num_samples)
+        changed.append(f"tuneConfig.numSamples={num_samples}")
+    return changed
