@@ -132,11 +132,3 @@ def test_trainer_path_that_does_not_exist(runner):
     spec = digits_spec("bad-trainer", "pytorch", trainerPath="os.path:no_such_function")
     code, result = runner.run(spec)
     assert "no attribute" in check_error(code, result, "trainer", 6, "trainConfig.trainerPath")
-
-
-def test_tune_mode_is_not_implemented_yet(runner):
-    spec = digits_spec("tune", "pytorch")
-    spec["mode"] = "tune"
-    spec["tuneConfig"] = {"searchSpace": {}, "numSamples": 2, "metric": "val_loss", "mode": "min"}
-    code, result = runner.run(spec)
-    assert "issue #6" in check_error(code, result, "not-implemented", 7, "mode")
