@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean
+.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -31,7 +31,7 @@ validate: setup-base ## helm lint, schema validation (SCHEMAS=dir of CRDs) and p
 schemas: setup-base ## download the pinned upstream CRDs into .cache/schemas (needs network)
 	@$(PY) -m validation fetch-schemas
 
-bump-image: setup-base ## set the training image tag (TAG=0.2.0 keeps -cpu/-gpu) in every environment file, re-render
+bump-image: setup-base ## set the training image tag (TAG=0.2.0 keeps -cpu/-gpu/-efa) in every environment file, re-render
 	@test -n "$(TAG)" || { echo "usage: make bump-image TAG=0.2.0"; exit 2; }
 	@$(PY) -m generator bump-image --tag $(TAG)
 
@@ -62,9 +62,21 @@ bench-tune: setup ## ASHA vs FIFO at the same numSamples: JSON, table, plot in r
 test-training: setup ## only the training package tests (real Ray training, about 3 min on 2 cores)
 	@$(PY) -m pytest tests/training -q
 
-image: ## build the training image (VARIANT=cpu|gpu, IMAGE=..., TAG=...); needs a Docker engine
+image: ## build the training image (VARIANT=cpu|gpu|efa, IMAGE=..., TAG=...); needs a Docker engine
 	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make image needs a running Docker engine"; exit 2; }
 	docker build -f training/Dockerfile --build-arg VARIANT=$(or $(VARIANT),cpu) -t $(or $(IMAGE),ray-training):$(or $(TAG),dev) .
+
+e2e-build: setup ## build the e2e cluster's components from their Go modules at pinned versions (cached)
+	@$(PY) -m e2e build
+
+e2e-up: setup ## start the e2e cluster in the background (idempotent) and print its kubeconfig
+	@$(PY) -m e2e up
+
+e2e-down: ## stop the e2e cluster (idempotent; nothing left running)
+	@if [ -x $(PY) ]; then $(PY) -m e2e down; fi
+
+e2e: setup ## the e2e scenarios on a fresh e2e cluster, torn down after (E2E_KEEP=1 keeps it; ARGS=-k ...)
+	@$(PY) -m e2e run -- $(ARGS)
 
 bench-render: setup-base ## time rendering: helm vs generator overhead, and 200 jobs x 4 environments
 	@$(PY) -m generator.bench

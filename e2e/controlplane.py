@@ -1,0 +1,159 @@
+"""A Kubernetes control plane per environment, as plain processes on loopback: kube-apiserver,
+kube-controller-manager, kube-scheduler and kwok (nodes and pods), all clusters sharing one etcd (a key prefix
+each). Certificates come from e2e.pki; every port is chosen free."""
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from . import kwok_stages, pki
+from .procs import Supervisor, free_port, wait_until
+
+ARGOCD_MANAGER = "argocd-manager"  # the identity Argo CD uses on a remote cluster, as `argocd cluster add` names it
+
+
+@dataclass
+class Cluster:
+    """One environment's cluster: its API server, controllers, scheduler, kwok, and the files to reach it."""
+    env: str                      # environment name (minikube, eks)
+    context: str                  # the environment's target.context: the kubeconfig context of this cluster
+    directory: Path
+    index: int                    # distinct pod / service ranges per cluster
+    apiserver_port: int = field(default_factory=free_port)
+    kwok_port: int = field(default_factory=free_port)
+    egress_port: int = field(default_factory=free_port)  # the HTTP CONNECT proxy the API server dials the cluster network through
+    ca: pki.CertificateAuthority | None = None
+    argocd_token: str = ""
+    routes: object = None         # e2e.egress.ServiceRoutes of this cluster
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.apiserver_port}"
+
+    @property
+    def egress_socket(self) -> str:
+        """The Unix socket of the egress proxy (a socket path must stay under 108 bytes)."""
+        path = self.directory / "egress.sock"
+        if len(str(path)) < 100:
+            return str(path)
+        import hashlib
+        return f"/tmp/ray-gitops-e2e-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}.sock"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.directory / "admin.kubeconfig"
+
+    @property
+    def ca_data(self) -> str:
+        return base64.b64encode(self.ca.pair.cert_pem).decode()
+
+    @property
+    def argocd_credential(self) -> Path:
+        """An ExecCredential with the token of ARGOCD_MANAGER: what Argo CD's exec provider prints."""
+        return self.directory / "argocd-exec-credential.json"
+
+    def prepare(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        certs = self.directory / "pki"
+        self.ca = pki.CertificateAuthority(certs, f"e2e-{self.env}")
+        self.serving = self.ca.issue("apiserver", "kube-apiserver", server=True,
+                                     hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
+                                            "kubernetes.default.svc"))
+        self.admin = self.ca.issue("admin", "e2e-admin", organization="system:masters")
+        self.kubelet_client = self.ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                                            organization="system:masters")
+        self.kwok_serving = self.ca.issue("kwok", "kwok", server=True, hosts=("127.0.0.1", "localhost"))
+        self.sa = pki.service_account_keys(certs)
+        self.argocd_token = secrets.token_hex(24)
+        tokens = self.directory / "tokens.csv"
+        tokens.write_text(f'{self.argocd_token},{ARGOCD_MANAGER},{ARGOCD_MANAGER},"system:masters"\n')
+        tokens.chmod(0o600)
+        self.argocd_credential.write_text(json.dumps({
+            "apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
+            "status": {"token": self.argocd_token}}))
+        self.argocd_credential.chmod(0o600)
+        self.egress_config = self.directory / "egress-selector.yaml"
+        self.egress_config.write_text(yaml.safe_dump({
+            "apiVersion": "apiserver.k8s.io/v1beta1", "kind": "EgressSelectorConfiguration",
+            "egressSelections": [{"name": "cluster", "connection": {
+                "proxyProtocol": "HTTPConnect",
+                "transport": {"uds": {"udsName": self.egress_socket}}}}]}))
+        write_kubeconfig(self.kubeconfig, {self.context: (self.server, self.ca.pair.cert, self.admin)})
+
+    def start(self, sup: Supervisor, bins: dict, etcd_url: str, stages: Path) -> None:
+        certs = self.directory / "pki"
+        sup.start(f"{self.env}-kube-apiserver", [
+            bins["kube-apiserver"],
+            f"--etcd-servers={etcd_url}", f"--etcd-prefix=/registry-{self.env}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.apiserver_port}",
+            f"--tls-cert-file={self.serving.cert}", f"--tls-private-key-file={self.serving.key}",
+            f"--client-ca-file={self.ca.pair.cert}", f"--token-auth-file={self.directory / 'tokens.csv'}",
+            f"--service-account-key-file={self.sa.cert}", f"--service-account-signing-key-file={self.sa.key}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--authorization-mode=Node,RBAC", f"--service-cluster-ip-range=10.{96 + self.index}.0.0/16",
+            "--endpoint-reconciler-type=none", f"--cert-dir={certs}",
+            f"--egress-selector-config-file={self.egress_config}",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-certificate-authority={self.ca.pair.cert}",
+            f"--kubelet-client-certificate={self.kubelet_client.cert}",
+            f"--kubelet-client-key={self.kubelet_client.key}",
+            "--profiling=false", "--v=1",
+        ])
+        wait_until(lambda: self.ready(), 120, 0.5, f"the {self.env} API server to be ready")
+        kube = ["--kubeconfig", self.kubeconfig, "--leader-elect=false", "--secure-port=0"]
+        sup.start(f"{self.env}-kube-controller-manager", [
+            bins["kube-controller-manager"], *kube,
+            f"--service-account-private-key-file={self.sa.key}", f"--root-ca-file={self.ca.pair.cert}",
+            "--use-service-account-credentials=false", "--controllers=*", f"--cluster-name={self.env}",
+            "--v=1",
+        ])
+        sup.start(f"{self.env}-kube-scheduler", [bins["kube-scheduler"], *kube, "--v=1"])
+        sup.start(f"{self.env}-kwok", [
+            bins["kwok"], "--kubeconfig", self.kubeconfig, "--manage-all-nodes=false",
+            f"--manage-nodes-with-annotation-selector={kwok_stages.NODE_ANNOTATION}=fake",
+            "--node-ip=127.0.0.1", f"--node-port={self.kwok_port}",
+            f"--server-address=127.0.0.1:{self.kwok_port}",
+            f"--tls-cert-file={self.kwok_serving.cert}", f"--tls-private-key-file={self.kwok_serving.key}",
+            f"--cidr=10.{244 - self.index}.0.1/16", "--node-lease-duration-seconds=40", "--config", stages,
+        ])
+
+    def ready(self) -> bool:
+        import ssl
+        import urllib.request
+        context = ssl.create_default_context(cafile=str(self.ca.pair.cert))
+        context.load_cert_chain(str(self.admin.cert), str(self.admin.key))
+        with urllib.request.urlopen(f"{self.server}/readyz", context=context, timeout=2) as response:
+            return response.status == 200
+
+
+def start_etcd(sup: Supervisor, bins: dict, directory: Path) -> str:
+    client, peer = free_port(), free_port()
+    sup.start("etcd", [
+        bins["etcd"], f"--data-dir={directory / 'etcd'}", "--name=e2e",
+        f"--listen-client-urls=http://127.0.0.1:{client}", f"--advertise-client-urls=http://127.0.0.1:{client}",
+        f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+        f"--initial-cluster=e2e=http://127.0.0.1:{peer}", "--unsafe-no-fsync", "--log-level=warn",
+        "--listen-metrics-urls=", "--quota-backend-bytes=4294967296",
+    ])
+    from .procs import port_open
+    wait_until(lambda: port_open(client), 30, 0.2, "etcd")
+    return f"http://127.0.0.1:{client}"
+
+
+def write_kubeconfig(path: Path, contexts: dict) -> Path:
+    """contexts: {name: (server, ca file, client KeyPair)}. The first one is the current context."""
+    clusters, users, ctxs = [], [], []
+    for name, (server, ca_file, client) in contexts.items():
+        clusters.append({"name": name, "cluster": {"server": server, "certificate-authority": str(ca_file)}})
+        users.append({"name": f"{name}-admin", "user": {"client-certificate": str(client.cert),
+                                                        "client-key": str(client.key)}})
+        ctxs.append({"name": name, "context": {"cluster": name, "user": f"{name}-admin"}})
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": clusters, "users": users,
+                                    "contexts": ctxs, "current-context": next(iter(contexts))}))
+    path.chmod(0o600)
+    return path

@@ -1,0 +1,90 @@
+"""kwok's stages for the e2e cluster: what fake nodes and pods do.
+
+Upstream's own stages, read from the kwok module at the pinned version (node-initialize, node heartbeat with a
+lease, pod-ready, pod-delete), plus two of ours that end a pod on demand: annotate a running pod with
+`e2e.ray-gitops.io/exit-code: "0"` and it Succeeds; any other code and it Fails (reason and message from
+`e2e.ray-gitops.io/reason` / `.../message`, e.g. OOMKilled). Upstream's pod-complete stage is left out on purpose:
+it completes every pod a Job owns at once, and the RayJob submitter is such a pod.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .components import BY_NAME, module_dir
+
+NODE_ANNOTATION = "kwok.x-k8s.io/node"
+EXIT_CODE = "e2e.ray-gitops.io/exit-code"
+REASON = "e2e.ray-gitops.io/reason"
+MESSAGE = "e2e.ray-gitops.io/message"
+
+UPSTREAM = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+            "pod/fast/pod-ready.yaml", "pod/fast/pod-delete.yaml")
+
+
+def kwok_module_dir() -> Path:
+    return module_dir(BY_NAME["kwok"])
+
+
+def _finish_stage(name: str, succeed: bool) -> str:
+    operator, phase = ("In", "Succeeded") if succeed else ("NotIn", "Failed")
+    default_reason = "Completed" if succeed else "Error"
+    return f"""apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: {name}
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+    - key: '.metadata.annotations["{EXIT_CODE}"]'
+      operator: '{operator}'
+      values: ['0']
+    - key: '.metadata.annotations["{EXIT_CODE}"]'
+      operator: 'Exists'
+  weight: 10000
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $annotations := or .metadata.annotations dict }}}}
+      {{{{ $code := index $annotations "{EXIT_CODE}" }}}}
+      {{{{ $reason := or ( index $annotations "{REASON}" ) "{default_reason}" }}}}
+      {{{{ $message := or ( index $annotations "{MESSAGE}" ) "" }}}}
+      conditions:
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        type: Ready
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        type: ContainersReady
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - image: {{{{ .image | Quote }}}}
+        name: {{{{ .name | Quote }}}}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: {{{{ $code }}}}
+            finishedAt: {{{{ $now | Quote }}}}
+            reason: {{{{ $reason | Quote }}}}
+            message: {{{{ $message | Quote }}}}
+            startedAt: {{{{ $now | Quote }}}}
+      {{{{ end }}}}
+      phase: {phase}
+"""
+
+
+def write(path: Path, module_dir: Path | None = None) -> Path:
+    stage_dir = (module_dir or kwok_module_dir()) / "kustomize" / "stage"
+    docs = [(stage_dir / rel).read_text() for rel in UPSTREAM]
+    docs += [_finish_stage("e2e-pod-succeed", True), _finish_stage("e2e-pod-fail", False)]
+    path.write_text("\n---\n".join(doc.strip() + "\n" for doc in docs))
+    return path

@@ -1,0 +1,216 @@
+"""The e2e cluster's supervisor: a background process that brings everything up in order, keeps it running
+(restarts what exits, as a kubelet would) and takes it all down on SIGTERM.
+
+Order: etcd; per environment an API server (behind its egress proxy), controller-manager, scheduler, kwok and the
+environment's fake nodes; the offline upstream sources and this repository on local remotes; Argo CD on the
+management cluster (the environment Argo CD runs in: the one whose cluster is https://kubernetes.default.svc);
+the operator pods' processes. Progress goes to supervisor.log and state.json.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import traceback
+from pathlib import Path
+
+import yaml
+
+from . import argo, components, controlplane, kube, kwok_stages, nodes, remotes, state, storage, world
+from .egress import ConnectProxy, ServiceRoutes
+from .operator_pods import OperatorPods
+from .ray_jobs import RayJobAPI
+from .procs import Supervisor, free_port, rss_bytes
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_CLUSTER = "https://kubernetes.default.svc"
+
+
+def upstream_dir() -> Path:
+    return Path(os.environ.get("E2E_UPSTREAM_DIR", ROOT.parent / "shared" / "upstream"))
+
+
+class Run:
+    def __init__(self, run_dir: Path, source: Path):
+        self.run_dir, self.source = run_dir, source
+        self.sup = Supervisor(run_dir)
+        self.log_file = run_dir / "supervisor.log"
+        self.stopping = threading.Event()
+        self.clusters: dict[str, controlplane.Cluster] = {}
+        self.proxies: list[ConnectProxy] = []
+        self.servers: list = []  # the Ray job API stand-ins
+        self.loops: list = []  # the operator pods' kubelet and the storage stand-in, per cluster
+        self.helm_repo: remotes.HelmRepo | None = None
+        self.peak_rss = 0
+
+    def log(self, message: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {message}"
+        with open(self.log_file, "a") as f:
+            f.write(line + "\n")
+
+    def step(self, message: str) -> None:
+        self.log(f"[up] {message}")
+        state.write(self.run_dir, progress=message)
+
+    # ------------------------------------------------------------------------------------------------------------
+    def environments(self) -> list[tuple[str, str, str]]:
+        """(env, kubeconfig context, rendered server) of every environment that has e2e nodes."""
+        servers = world.cluster_servers(self.source)
+        with_nodes = set(nodes.environments())
+        out = []
+        for env, server in servers.items():
+            if env not in with_nodes:
+                self.log(f"environment {env} has no fake nodes in e2e/nodes.yaml: no e2e cluster for it")
+                continue
+            out.append((env, _context(self.source, env), server))
+        # the management cluster (Argo CD's own) first
+        return sorted(out, key=lambda e: (e[2] != IN_CLUSTER, e[0]))
+
+    def up(self) -> None:
+        self.step("building / finding the components")
+        with open(self.log_file, "a") as out:
+            bins = {k: str(v) for k, v in components.build(out=out).items()}
+        envs = self.environments()
+        if not envs:
+            raise RuntimeError("no environment has an e2e cluster (e2e/nodes.yaml)")
+        self.step("starting etcd")
+        etcd_url = controlplane.start_etcd(self.sup, bins, self.run_dir)
+        stages = kwok_stages.write(self.run_dir / "kwok-stages.yaml")
+        for index, (env, context, _server) in enumerate(envs):
+            self.step(f"starting the {env} control plane (kube-apiserver, controller-manager, scheduler, kwok)")
+            cluster = controlplane.Cluster(env, context, self.run_dir / env, index)
+            routes = ServiceRoutes(lambda c=cluster: _list_services(c))
+            cluster.directory.mkdir(parents=True, exist_ok=True)
+            proxy = ConnectProxy(env, cluster.egress_port, cluster.egress_socket, routes.resolve, self.log)
+            proxy.start()
+            self.proxies.append(proxy)
+            cluster.routes = routes
+            cluster.prepare()
+            cluster.start(self.sup, bins, etcd_url, stages)
+            kube.apply(cluster.kubeconfig, context, yaml.safe_dump_all(nodes.manifests(env)))
+            ray_api = RayJobAPI(env, kube.api_client(cluster.kubeconfig, context), self.log)
+            ray_api.start()
+            routes.fallback = ray_api.route
+            self.servers.append(ray_api)
+            self.clusters[env] = cluster
+        kubeconfig = controlplane.write_kubeconfig(
+            self.run_dir / "kubeconfig",
+            {c.context: (c.server, c.ca.pair.cert, c.admin) for c in self.clusters.values()})
+        management = self.clusters[envs[0][0]]
+
+        self.step("serving the upstream sources and this repository from local remotes")
+        self.helm_repo = remotes.HelmRepo(self.run_dir / "helm-repo", free_port())
+        self.helm_repo.directory.mkdir(parents=True, exist_ok=True)
+        self.helm_repo.start()
+        the_world = self._world(bins, envs)
+        published = publish(self.source, self.run_dir / "git", the_world)
+        the_world.save(self.run_dir / "world.json")
+        self.log("world map:\n  " + "\n  ".join(the_world.changes))
+
+        self.step("installing Argo CD v3.5.1 (CRDs, config) and starting its controllers")
+        argocd = argo.ArgoCD(self.run_dir / "argocd", management.kubeconfig, management.context)
+        argocd.install(upstream_dir() / "argo-cd-v3.5.1" / "manifests" / "install.yaml")
+        argocd.start(self.sup, bins)
+
+        self.step("starting the operator pods' kubelet and the storage provisioner stand-in")
+        for env, cluster in self.clusters.items():
+            api = kube.api_client(cluster.kubeconfig, cluster.context)
+            self.loops += [OperatorPods(env, api, cluster.apiserver_port, cluster.ca.pair.cert, cluster.directory,
+                                        self.sup, bins, cluster.routes, self.log, cluster.egress_port),
+                           storage.Provisioner(env, api, self.log)]
+        for loop in self.loops:
+            loop.start()
+
+        state.write(self.run_dir, status="ready", progress="ready", kubeconfig=str(kubeconfig),
+                    management=management.env,
+                    clusters={env: {"context": c.context, "server": c.server, "kubeconfig": str(c.kubeconfig),
+                                    "ca": str(c.ca.pair.cert)} for env, c in self.clusters.items()},
+                    argocd={"namespace": argo.NAMESPACE, "context": management.context,
+                            "app_resync_seconds": argo.APP_RESYNC_SECONDS},
+                    git=published, world=the_world.changes, world_file=str(self.run_dir / "world.json"), logs=str(self.run_dir / "logs"),
+                    components=components.describe())
+        self.log("[up] ready")
+
+    def _world(self, bins: dict, envs) -> world.World:
+        the_world = world.World()
+        repo_url, _revision = world.repo_url(self.source)
+        the_world.urls[repo_url] = f"file://{self.run_dir / 'git' / 'ray-gitops.git'}"
+        sources = world.referenced_sources(self.source)
+        the_world.urls.update(remotes.build_sources(sources, self.run_dir / "git" / "upstream", self.helm_repo,
+                                                    upstream_dir(), bins["helm"]))
+        for env, _context, server in envs:
+            if server != IN_CLUSTER:
+                cluster = self.clusters[env]
+                the_world.endpoints[server] = world.Endpoint(cluster.server, cluster.ca.pair.cert_pem,
+                                                             cluster.argocd_credential)
+        return the_world
+
+    def watch(self) -> None:
+        while not self.stopping.wait(1):
+            for note in self.sup.check():
+                self.log(note)
+            self.peak_rss = max(self.peak_rss, rss_bytes([os.getpid(), *self.sup.pids()]))
+            if int(time.time()) % 10 == 0:
+                state.write(self.run_dir, peak_rss_bytes=self.peak_rss)
+
+    def down(self) -> None:
+        for loop in self.loops:
+            loop.stop()
+        self.sup.stop_all()
+        for proxy in self.proxies:
+            proxy.stop()
+        for server in self.servers:
+            server.stop()
+        if self.helm_repo:
+            self.helm_repo.stop()
+        state.write(self.run_dir, status="stopped", peak_rss_bytes=self.peak_rss)
+        self.log("[down] every process stopped")
+
+
+def _context(source: Path, env: str) -> str:
+    from generator import environments
+    return environments.load(source, env).doc["target"].get("context") or env
+
+
+def _list_services(cluster: controlplane.Cluster) -> list:
+    from kubernetes import client
+    if not hasattr(cluster, "_core"):
+        cluster._core = client.CoreV1Api(kube.api_client(cluster.kubeconfig, cluster.context))
+    return cluster._core.list_service_for_all_namespaces().items
+
+
+def publish(source: Path, git_dir: Path, the_world: world.World) -> dict:
+    """This repository's working tree, with the world map applied to argocd/, as branch main of a local remote;
+    the checkout stays at git/work for scenarios that change it."""
+    bare = git_dir / "ray-gitops.git"
+    remotes.init_remote(bare)
+    work = git_dir / "work"
+    remotes.copy_checkout(source, work)
+    changed = the_world.rewrite_argocd(work)
+    head = remotes.git("rev-parse", "--short", "HEAD", cwd=source, check=False) or "unknown"
+    dirty = " with uncommitted changes" if remotes.git("status", "--porcelain", cwd=source, check=False) else ""
+    sha = remotes.push_tree(work, bare, message=f"e2e: ray-gitops at {head}{dirty}; world map on "
+                                                f"{', '.join(changed) or 'nothing'}")
+    remotes.git("remote", "add", "origin", f"file://{bare}", cwd=work)
+    remotes.git("fetch", "-q", "origin", cwd=work)
+    remotes.git("branch", "-q", "--set-upstream-to=origin/main", "main", cwd=work)
+    return {"remote": f"file://{bare}", "work": str(work), "commit": sha, "rewritten": changed}
+
+
+def main(run_dir: Path, source: Path) -> int:
+    run = Run(run_dir, source)
+    state.write(run_dir, status="starting", pid=os.getpid(), started=time.time(), source=str(source))
+    signal.signal(signal.SIGTERM, lambda *_: run.stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: run.stopping.set())
+    try:
+        run.up()
+    except Exception as exc:  # noqa: BLE001 - reported to the waiting `up` through the state file
+        run.log("[up] FAILED: " + "".join(traceback.format_exception(exc)))
+        state.write(run_dir, status="failed", message=f"{type(exc).__name__}: {exc}")
+        run.down()
+        state.write(run_dir, status="failed")
+        return 1
+    run.watch()
+    run.down()
+    return 0

@@ -1,0 +1,204 @@
+"""What the scenarios do on the e2e cluster: read what the real controllers report, change git as a user would,
+and wait (with a message that says what was still wrong when time ran out)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from e2e import gitops, kube, world
+
+# the checkout the e2e cluster publishes (python -m e2e run --source; default: this one)
+ROOT = Path(os.environ.get("E2E_SOURCE", Path(__file__).resolve().parents[2]))
+ARGOCD_NS = "argocd"
+RAY = ("ray.io", "v1")
+KUBEFLOW = ("kubeflow.org", "v1")
+ARGO = ("argoproj.io", "v1alpha1")
+
+
+def environment(env: str) -> dict:
+    """The environment as the generator composes it (this checkout): for choosing which scenarios apply."""
+    from generator import environments
+    return environments.load(ROOT, env).doc
+
+
+def envs_where(predicate) -> list[str]:
+    from e2e import nodes
+    return [env for env in nodes.environments() if predicate(environment(env))]
+
+
+class Timeout(AssertionError):
+    pass
+
+
+# Set when the bootstrap itself stalled: every later wait is then cut to STALLED_TIMEOUT (the cluster will not
+# converge by waiting longer) and its failure names the stall, so a broken run reports every scenario in minutes.
+STALLED: list[str] = []
+STALLED_TIMEOUT = 30
+
+
+def wait_for(check, timeout: float, interval: float = 3.0, what: str = ""):
+    """Poll `check()` -> (ok, detail) until ok; on timeout fail with the last detail."""
+    if STALLED:
+        timeout = min(timeout, STALLED_TIMEOUT)
+        what = f"{what} [the bootstrap had stalled: {STALLED[0][:300]}]"
+    deadline = time.monotonic() + timeout
+    detail = "not checked yet"
+    while True:
+        try:
+            ok, detail = check()
+        except Exception as exc:  # noqa: BLE001 - reported if it is still failing at the deadline
+            ok, detail = False, f"{type(exc).__name__}: {exc}"
+        if ok:
+            return detail
+        if time.monotonic() > deadline:
+            raise Timeout(f"after {timeout:.0f} s, {what}: {detail}")
+        time.sleep(interval)
+
+
+class Harness:
+    def __init__(self, current: dict):
+        self.current = current
+        self.kubeconfig = Path(current["kubeconfig"])
+        self.work = Path(current["git"]["work"])
+        self.world = world.World.load(Path(current["world_file"]))
+        self._clients = {}
+
+    # --- clusters ---------------------------------------------------------------------------------------------
+    @property
+    def envs(self) -> list[str]:
+        return sorted(self.current["clusters"])
+
+    def context(self, env: str) -> str:
+        return self.current["clusters"][env]["context"]
+
+    def api(self, env: str):
+        if env not in self._clients:
+            self._clients[env] = kube.api_client(self.kubeconfig, self.context(env))
+        return self._clients[env]
+
+    def core(self, env: str):
+        from kubernetes import client
+        return client.CoreV1Api(self.api(env))
+
+    def custom(self, env: str):
+        from kubernetes import client
+        return client.CustomObjectsApi(self.api(env))
+
+    def kubectl(self, env: str, *args: str, stdin: str | None = None) -> str:
+        return kube.kubectl(self.kubeconfig, self.context(env), *args, stdin=stdin)
+
+    def namespace(self, env: str) -> str:
+        return self.env_doc(env)["target"]["namespace"]
+
+    def env_doc(self, env: str) -> dict:
+        from generator import environments
+        return environments.load(self.work, env).doc
+
+    def objects(self, env: str, group_version: tuple[str, str], plural: str, namespace: str | None = None) -> list:
+        group, version = group_version
+        ns = namespace or self.namespace(env)
+        return self.custom(env).list_namespaced_custom_object(group, version, ns, plural)["items"]
+
+    def pods(self, env: str, selector: str = "", namespace: str | None = None) -> list:
+        return self.core(env).list_namespaced_pod(namespace or self.namespace(env), label_selector=selector).items
+
+    def events(self, env: str, namespace: str | None = None) -> list:
+        return self.core(env).list_namespaced_event(namespace or self.namespace(env)).items
+
+    def finish_pod(self, env: str, pod, exit_code: int, reason: str = "", message: str = "") -> None:
+        """Make kwok end a running pod with this exit code (e2e.kwok_stages)."""
+        annotations = {"e2e.ray-gitops.io/exit-code": str(exit_code)}
+        if reason:
+            annotations["e2e.ray-gitops.io/reason"] = reason
+        if message:
+            annotations["e2e.ray-gitops.io/message"] = message
+        self.core(env).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                            {"metadata": {"annotations": annotations}})
+
+    # --- Argo CD ----------------------------------------------------------------------------------------------
+    def bootstrap(self) -> str:
+        return gitops.bootstrap(self.current)
+
+    def apps(self) -> list[dict]:
+        return gitops.applications(self.current)
+
+    def appsets(self) -> list[dict]:
+        return gitops.applicationsets(self.current)
+
+    @staticmethod
+    def app_state(app: dict) -> tuple[str, str]:
+        return gitops.app_state(app)
+
+    def synced_healthy(self, app: dict) -> bool:
+        return self.app_state(app) == ("Synced", "Healthy")
+
+    def env_apps(self, env: str) -> list[dict]:
+        return [a for a in self.apps()
+                if (a["metadata"].get("labels") or {}).get("ray-gitops/environment") == env]
+
+    @staticmethod
+    def describe(app: dict) -> str:
+        status = app.get("status") or {}
+        sync, health = gitops.app_state(app)
+        parts = [f"{app['metadata']['name']} {sync}/{health}"]
+        if (status.get("health") or {}).get("message"):
+            parts.append(f"health: {status['health']['message']}")
+        op = status.get("operationState") or {}
+        if op and op.get("phase") != "Succeeded":
+            parts.append(f"operation {op.get('phase')}: {op.get('message', '')[:300]}")
+        for cond in status.get("conditions") or []:
+            parts.append(f"{cond.get('type')}: {cond.get('message', '')[:300]}")
+        for res in status.get("resources") or []:
+            rh = (res.get("health") or {}).get("status")
+            if res.get("status") not in (None, "Synced") or rh not in (None, "Healthy"):
+                parts.append(f"{res.get('kind')}/{res.get('name')} {res.get('status')}/{rh}"
+                             f"{': ' + res['health']['message'][:200] if (res.get('health') or {}).get('message') else ''}")
+        return "; ".join(parts)
+
+    def expected_apps(self, env: str) -> set[str]:
+        """The Applications the README promises for an environment: the three operator apps and one per
+        directory of apps/<env>/."""
+        apps = {f"{env}-{name}" for name in ("kuberay-crds", "kuberay-operator", "training-operator")}
+        apps |= {f"{env}-{d.name}" for d in (self.work / "apps" / env).iterdir() if d.is_dir()}
+        return apps
+
+    def wait_synced_healthy(self, env: str, timeout: float, names: set[str] | None = None) -> list[dict]:
+        expected = names or self.expected_apps(env)
+
+        def check():
+            apps = {a["metadata"]["name"]: a for a in self.apps()}
+            missing = sorted(expected - set(apps))
+            bad = [self.describe(apps[n]) for n in sorted(expected & set(apps)) if not self.synced_healthy(apps[n])]
+            if missing or bad:
+                return False, "; ".join(([f"missing Applications: {', '.join(missing)}"] if missing else []) + bad)
+            return True, [apps[n] for n in sorted(expected)]
+        return wait_for(check, timeout, 5, f"the {env} applications were not all Synced and Healthy")
+
+    # --- git, as a user changes it ----------------------------------------------------------------------------
+    def edit_environment(self, env_file: str, edit) -> None:
+        """Round-trip edit of environments/<file> in the published checkout (comments kept), as a user would."""
+        from ruamel.yaml import YAML
+        yaml_rt = YAML()
+        yaml_rt.preserve_quotes = True
+        path = self.work / "environments" / env_file
+        data = yaml_rt.load(path.read_text())
+        edit(data)
+        with open(path, "w") as f:
+            yaml_rt.dump(data, f)
+
+    def generator(self, *args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "generator", *args], cwd=self.work, capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, f"python -m generator {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
+        return proc.stdout
+
+    def push(self, message: str) -> str:
+        return gitops.push(self.current, message, self.world)
+
+    def rendered(self, env: str, app: str) -> list[dict]:
+        return [yaml.safe_load(p.read_text()) for p in sorted((self.work / "apps" / env / app).glob("*.yaml"))]

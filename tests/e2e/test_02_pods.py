@@ -1,0 +1,138 @@
+"""The pods are what we say: what the KubeRay operator and the training-operator create from the synced manifests
+(not our manifests themselves) carries what the environment file asks for, schedules on the environment's fake
+nodes, and fits the namespace quota. Expectations are read from the environment (environments/<env>.yaml as the
+generator composes it), so the test says "what the environment says", not a copy of it."""
+from __future__ import annotations
+
+import pytest
+
+from e2e import nodes
+from tests.e2e.harness import envs_where, wait_for
+
+ENVS = nodes.environments()
+PODS_TIMEOUT = 300
+
+
+def expected_pod_count(e2e, env: str) -> int:
+    """Pods the rendered workloads make: RayCluster head + worker replicas (+ a submitter per RayJob), PyTorchJob
+    replicas."""
+    total = 0
+    for app_dir in sorted((e2e.work / "apps" / env).iterdir()):
+        for doc in e2e.rendered(env, app_dir.name):
+            kind, spec = doc["kind"], doc.get("spec") or {}
+            if kind == "RayCluster":
+                total += 1 + sum(g.get("replicas", 0) * g.get("numOfHosts", 1) for g in spec["workerGroupSpecs"])
+            elif kind == "RayJob":
+                cluster = spec["rayClusterSpec"]
+                total += 2 + sum(g.get("replicas", 0) * g.get("numOfHosts", 1) for g in cluster["workerGroupSpecs"])
+            elif kind == "PyTorchJob":
+                total += sum(r.get("replicas", 1) for r in spec["pytorchReplicaSpecs"].values())
+    return total
+
+
+def workload_pods(e2e, env: str) -> list:
+    return [p for p in e2e.pods(env) if not p.metadata.deletion_timestamp]
+
+
+def _not_placed(e2e, env: str):
+    pods = workload_pods(e2e, env)
+    expected = expected_pod_count(e2e, env)
+    problems = []
+    if len(pods) < expected:
+        problems.append(f"{len(pods)} of {expected} pods exist")
+    for pod in pods:
+        if not pod.spec.node_name or pod.status.phase not in ("Running", "Succeeded"):
+            problems.append(f"pod {pod.metadata.name} {pod.status.phase} on {pod.spec.node_name or 'no node'}")
+    for event in e2e.events(env):
+        if event.reason in ("FailedScheduling", "FailedCreate", "FailedCreatePod") or (
+                "exceeded quota" in (event.message or "")):
+            problems.append(f"event {event.reason} on {event.involved_object.kind}/{event.involved_object.name}: "
+                            f"{(event.message or '')[:200]}")
+    return pods, problems
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_every_pod_schedules_on_the_environments_nodes_within_quota(e2e, bootstrapped, env):
+    def check():
+        pods, problems = _not_placed(e2e, env)
+        return not problems, "; ".join(problems[:12]) or pods
+    pods = wait_for(check, PODS_TIMEOUT, 5, f"the {env} workloads' pods were not all placed")
+    node_names = {n["metadata"]["name"] for n in nodes.manifests(env)}
+    assert {p.spec.node_name for p in pods} <= node_names
+    for quota in e2e.core(env).list_namespaced_resource_quota(e2e.namespace(env)).items:
+        for resource, used in (quota.status.used or {}).items():
+            assert _quantity(used) <= _quantity(quota.status.hard[resource]), (quota.metadata.name, resource)
+
+
+def _quantity(value: str) -> float:
+    from kubernetes.utils import parse_quantity
+    return float(parse_quantity(value))
+
+
+def _ray_pods(e2e, env: str) -> list:
+    return [p for p in workload_pods(e2e, env) if (p.metadata.labels or {}).get("ray.io/node-type") in
+            ("head", "worker")]
+
+
+def _main_container(pod):
+    return next(c for c in pod.spec.containers if c.name.startswith("ray-") or c.name == "pytorch")
+
+
+GPU_ENVS = envs_where(lambda doc: (doc.get("capabilities") or {}).get("gpu"))
+CHECKPOINT_ENVS = envs_where(lambda doc: ((doc.get("cluster") or {}).get("checkpoints") or {}).get("enabled"))
+
+
+@pytest.mark.parametrize("env", GPU_ENVS)
+def test_gpu_pods_carry_the_profile(e2e, bootstrapped, env):
+    doc = e2e.env_doc(env)
+    cluster = doc["cluster"]
+    instance_type = doc["vars"]["gpuInstanceType"]
+    wait_for(lambda: (len(_ray_pods(e2e, env)) > 0, "no Ray pods yet"), PODS_TIMEOUT, 5, "KubeRay made no eks pods")
+    pods = _ray_pods(e2e, env) + [p for p in workload_pods(e2e, env)
+                                   if (p.metadata.labels or {}).get("training.kubeflow.org/job-name")]
+    problems = []
+    for pod in pods:
+        name = pod.metadata.name
+        container = _main_container(pod)
+        limits, requests = container.resources.limits or {}, container.resources.requests or {}
+        if limits.get("nvidia.com/gpu") != "1" or requests.get("nvidia.com/gpu") != "1":
+            problems.append(f"{name}: nvidia.com/gpu {requests.get('nvidia.com/gpu')}/{limits.get('nvidia.com/gpu')}")
+        if cluster["efa"]["enabled"] and limits.get("vpc.amazonaws.com/efa") != "1":
+            problems.append(f"{name}: no vpc.amazonaws.com/efa limit")
+        env_vars = {e.name: e.value for e in container.env or []}
+        if cluster["efa"]["enabled"] and env_vars.get("FI_PROVIDER") != "efa":
+            problems.append(f"{name}: FI_PROVIDER={env_vars.get('FI_PROVIDER')}")
+        if cluster["nccl"]["enabled"] and "NCCL_DEBUG" not in env_vars:
+            problems.append(f"{name}: no NCCL_DEBUG")
+        caps = ((container.security_context or {}) and container.security_context.capabilities)
+        if cluster["efa"]["enabled"] and not (caps and "IPC_LOCK" in (caps.add or [])):
+            problems.append(f"{name}: no IPC_LOCK capability")
+        mounts = {m.mount_path: m.name for m in container.volume_mounts or []}
+        volumes = {v.name: v for v in pod.spec.volumes or []}
+        shm = volumes.get(mounts.get("/dev/shm", ""))
+        if not (shm and shm.empty_dir and shm.empty_dir.medium == "Memory"
+                and shm.empty_dir.size_limit == cluster["shm"]["sizeLimit"]):
+            problems.append(f"{name}: /dev/shm is not a {cluster['shm']['sizeLimit']} memory emptyDir")
+        checkpoints = volumes.get(mounts.get(cluster["checkpoints"]["mountPath"], ""))
+        if not (checkpoints and checkpoints.persistent_volume_claim
+                and checkpoints.persistent_volume_claim.claim_name == cluster["checkpoints"]["claimName"]):
+            problems.append(f"{name}: {cluster['checkpoints']['mountPath']} is not claim "
+                            f"{cluster['checkpoints']['claimName']}")
+        if (pod.spec.node_selector or {}).get("node.kubernetes.io/instance-type") != instance_type:
+            problems.append(f"{name}: node selector {pod.spec.node_selector}")
+        if pod.spec.node_name:
+            node = e2e.core(env).read_node(pod.spec.node_name)
+            if node.metadata.labels.get("node.kubernetes.io/instance-type") != instance_type:
+                problems.append(f"{name}: runs on {pod.spec.node_name}, not a {instance_type}")
+    assert pods and not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("env", CHECKPOINT_ENVS)
+def test_checkpoint_claim_is_bound(e2e, bootstrapped, env):
+    """The claim every Ray pod mounts binds (through the CSI provisioner stand-in)."""
+    claim = e2e.env_doc(env)["cluster"]["checkpoints"]["claimName"]
+
+    def check():
+        pvc = e2e.core(env).read_namespaced_persistent_volume_claim(claim, e2e.namespace(env))
+        return pvc.status.phase == "Bound", pvc.status.phase
+    wait_for(check, 180, 3, f"claim {claim} did not bind")

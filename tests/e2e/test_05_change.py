@@ -1,0 +1,121 @@
+"""Change flows through: `make bump-image TAG=...` in a checkout, commit, push. The standing RayCluster's pods are
+recreated with the new image and it returns to Healthy; every changed job becomes a new RayJob / PyTorchJob (a new
+run), the old one is pruned, and the job's Application finishes its sync without waiting for the training to
+end."""
+from __future__ import annotations
+
+import pytest
+
+from e2e import nodes
+from tests.e2e.harness import KUBEFLOW, RAY, wait_for
+
+ENVS = nodes.environments()
+NEW_TAG = "0.1.1"
+JOB_KINDS = (("RayJob", RAY, "rayjobs"), ("PyTorchJob", KUBEFLOW, "pytorchjobs"))
+
+
+def _jobs(e2e, env) -> dict[str, dict]:
+    out = {}
+    for kind, gv, plural in JOB_KINDS:
+        for obj in e2e.objects(env, gv, plural):
+            out[obj["metadata"]["name"]] = {"kind": kind, "obj": obj}
+    return out
+
+
+def _cluster_pods(e2e, env, cluster_name):
+    return [p for p in e2e.pods(env, f"ray.io/cluster={cluster_name}") if not p.metadata.deletion_timestamp]
+
+
+def _images(pod) -> set[str]:
+    return {c.image for c in pod.spec.containers}
+
+
+@pytest.fixture(scope="module")
+def bumped(e2e, bootstrapped):
+    """Before: the standing clusters' pods and the jobs; then bump-image, commit, push."""
+    before = {}
+    for env in ENVS:
+        for env_ in [env]:
+            e2e.wait_synced_healthy(env_, 420, names={f"{env_}-ray-cluster"})
+        name = e2e.env_doc(env)["rayCluster"]["name"]
+        before[env] = {"cluster": name,
+                       "pods": {p.metadata.uid for p in _cluster_pods(e2e, env, name)},
+                       "jobs": _jobs(e2e, env)}
+    out = e2e.generator("bump-image", "--tag", NEW_TAG)
+    e2e.push(f"e2e: make bump-image TAG={NEW_TAG}")
+    return before, out
+
+
+def _expected_image(e2e, env) -> str:
+    image = e2e.env_doc(env)["cluster"]["image"]
+    return f"{image['repository']}:{image['tag']}"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_standing_cluster_pods_are_recreated_with_the_new_image(e2e, bumped, env):
+    before, _ = bumped
+    name = before[env]["cluster"]
+    image = _expected_image(e2e, env)
+    assert image.endswith(NEW_TAG) or NEW_TAG in image, f"bump-image did not set {NEW_TAG}: {image}"
+
+    def check():
+        pods = _cluster_pods(e2e, env, name)
+        stale = [p.metadata.name for p in pods if image not in _images(p) or p.metadata.uid in before[env]["pods"]]
+        app = next(a for a in e2e.env_apps(env) if a["metadata"]["name"] == f"{env}-ray-cluster")
+        ok = pods and not stale and e2e.synced_healthy(app)
+        return ok, f"pods still on the old image or not recreated: {stale}; {e2e.describe(app)}"
+    wait_for(check, 300, 5, f"{env}'s standing RayCluster did not roll to {image}")
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_a_changed_job_is_a_new_run_and_the_old_one_is_pruned(e2e, bumped, env):
+    before, _ = bumped
+    old = before[env]["jobs"]
+    assert old, f"no job in {env}"
+
+    def check():
+        now = _jobs(e2e, env)
+        problems = []
+        still = sorted(set(old) & set(now))
+        if still:
+            problems.append(f"old runs not pruned: {still}")
+        for name, old_job in old.items():
+            stem = name.rsplit("-", 1)[0]
+            new = [n for n in now if n.rsplit("-", 1)[0] == stem and n not in old]
+            if len(new) != 1:
+                problems.append(f"{stem}: new runs {new}")
+        return not problems, "; ".join(problems)
+    wait_for(check, 300, 5, f"{env}'s changed jobs did not become new runs")
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_job_applications_finish_syncing_while_the_new_run_trains(e2e, bumped, env):
+    """The sync operation of a job's Application ends (Succeeded) while its job is still running: the app does
+    not stay 'Syncing' for the length of a training run, and a failing job cannot burn the sync retries."""
+    before, _ = bumped
+
+    def check():
+        problems = []
+        jobs = _jobs(e2e, env)
+        for app in e2e.env_apps(env):
+            if "-job-" not in app["metadata"]["name"]:
+                continue
+            stem = app["metadata"]["name"].split("-job-", 1)[1]
+            running = [j for n, j in jobs.items() if n.rsplit("-", 1)[0] == stem and n not in before[env]["jobs"]
+                       and not _finished(j)]
+            op = (app.get("status") or {}).get("operationState") or {}
+            synced_to_new = app["status"].get("sync", {}).get("status") == "Synced"
+            if not running:
+                problems.append(f"{app['metadata']['name']}: no new run is running (yet)")
+            elif op.get("phase") != "Succeeded" or not synced_to_new:
+                problems.append(f"{app['metadata']['name']}: operation {op.get('phase')} "
+                                f"({op.get('message', '')[:160]}), sync {app['status'].get('sync', {}).get('status')}")
+        return not problems, "; ".join(problems)
+    wait_for(check, 300, 5, f"{env}'s job Applications kept syncing while their job ran")
+
+
+def _finished(job: dict) -> bool:
+    status = job["obj"].get("status") or {}
+    if job["kind"] == "RayJob":
+        return status.get("jobDeploymentStatus") in ("Complete", "Failed")
+    return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in status.get("conditions") or [])
