@@ -2,8 +2,8 @@
 
 Edits `cluster.image.tag` wherever an environment file sets it, with ruamel.yaml's round trip, so comments,
 key order, quoting and layout stay byte-for-byte as they were outside the edited value. Tags follow
-`<version>-<variant>` (0.1.0-cpu, 0.1.0-gpu): TAG=0.2.0 keeps each file's variant (0.2.0-cpu, 0.2.0-gpu);
-a TAG with a variant (0.2.0-gpu) is written as it is. Job overrides of other images are left alone.
+`<version>-<variant>` (0.1.0-cpu, 0.1.0-gpu, 0.1.0-efa): TAG=0.2.0 keeps each file's variant (0.2.0-cpu,
+0.2.0-efa); a TAG with a variant (0.2.0-gpu) is written as it is. Job overrides of other images are left alone.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScala
 
 from .errors import RenderError
 
-VARIANT = re.compile(r"^(?P<version>.+?)-(?P<variant>cpu|gpu)$")
+VARIANT = re.compile(r"^(?P<version>.+?)-(?P<variant>cpu|gpu|efa)$")
 TAG_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 

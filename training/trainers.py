@@ -23,6 +23,29 @@ def builtin_loop(framework: str) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
     return train_loop
 
 
+COLLECTIVE_TIMEOUT_ENV = "TRAINING_COLLECTIVE_TIMEOUT_SECONDS"
+
+
+def torch_config():
+    """The process group's collective timeout (what makes a hung NCCL collective fail instead of waiting forever):
+    from TRAINING_COLLECTIVE_TIMEOUT_SECONDS, which the charts set from the cluster value
+    nccl.collectiveTimeoutSeconds; Ray Train's default (1800 s) without it."""
+    import os
+
+    from ray.train.torch import TorchConfig
+
+    raw = os.environ.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return TorchConfig()
+    try:
+        seconds = int(raw)
+    except ValueError:
+        raise SpecError(f"{COLLECTIVE_TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+    if seconds <= 0:
+        raise SpecError(f"{COLLECTIVE_TIMEOUT_ENV}={raw!r} must be a positive number of seconds")
+    return TorchConfig(timeout_s=seconds)
+
+
 def build_trainer(job: Dict[str, Any], user_fn: Optional[Callable] = None):
     import ray.train
 
@@ -65,7 +88,7 @@ def build_trainer(job: Dict[str, Any], user_fn: Optional[Callable] = None):
     if framework == "pytorch":
         from ray.train.torch import TorchTrainer
 
-        return TorchTrainer(loop, **common)
+        return TorchTrainer(loop, torch_config=torch_config(), **common)
     if framework == "tensorflow":
         from ray.train.tensorflow import TensorflowTrainer
 

@@ -28,7 +28,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from training import checkpointing
+from training import checkpointing, preflight
 from training.env import TF_WORKER_ENV
 from training.errors import CheckpointError
 
@@ -70,6 +70,9 @@ class WorkerContext:
         import ray.train
 
         _quiet_worker_logs()
+        problem = preflight.efa_memlock_problem()
+        if problem:
+            print(problem, file=sys.stderr, flush=True)
         self.job = job
         tctx = ray.train.get_context()
         self.rank: int = tctx.get_world_rank()

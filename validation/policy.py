@@ -26,8 +26,13 @@ from .secrets_scan import scan as scan_secrets
 
 GPU_RESOURCES = ("nvidia.com/gpu",)
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": None, "FI_EFA_FORK_SAFE": "1"}  # None: any value
-EFA_CAPABILITIES = ("IPC_LOCK", "SYS_RESOURCE")
+# What EFA needs in the pod: libfabric's provider. FI_EFA_USE_DEVICE_RDMA, FI_EFA_FORK_SAFE and NCCL_PROTO=simple
+# are legacy for current aws-ofi-nccl (it sets what it needs itself); the EKS profile keeps seed-001's values,
+# but they are not required. No capability either: IPC_LOCK does nothing for a non-root process.
+EFA_ENV = {"FI_PROVIDER": "efa"}
+# The training image's EFA build (training/Dockerfile VARIANT=efa: libfabric and aws-ofi-nccl); without them NCCL
+# cannot use EFA and falls back to TCP sockets (NET/Socket in its log).
+EFA_IMAGE_TAG = re.compile(r"-efa$")
 DASHBOARD_PORT = 8265
 EXTERNAL_SERVICE_TYPES = ("NodePort", "LoadBalancer")
 _MUTABLE_TAG = re.compile(r"^(latest|nightly)([-_.].*)?$", re.IGNORECASE)
@@ -219,8 +224,7 @@ def rule_efa_complete(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterato
             if problems:
                 yield _v("efa-complete", m, c.path,
                          f"{c.label} requests {EFA_RESOURCE} but " + "; ".join(problems)
-                         + " (without them NCCL silently falls back to TCP sockets or libfabric fails to "
-                           "register memory)")
+                         + " (without it libfabric does not use the EFA device)")
 
 
 def _efa_problems(c: Container) -> list[str]:
@@ -228,16 +232,24 @@ def _efa_problems(c: Container) -> list[str]:
     env = _env(c.container)
     for name, expected in EFA_ENV.items():
         if name not in env:
-            problems.append(f"env {name} is not set" + (f" (set it to {expected!r})" if expected else ""))
-        elif expected is not None and str(env[name]) != expected:
+            problems.append(f"env {name} is not set (set it to {expected!r})")
+        elif str(env[name]) != expected:
             problems.append(f"env {name} is {env[name]!r}, expected {expected!r}")
-    security = c.container.get("securityContext") if isinstance(c.container.get("securityContext"), dict) else {}
-    capabilities = security.get("capabilities") if isinstance(security.get("capabilities"), dict) else {}
-    added = {str(cap).upper().removeprefix("CAP_") for cap in capabilities.get("add") or []}
-    missing = [cap for cap in EFA_CAPABILITIES if cap not in added and "ALL" not in added]
-    if missing:
-        problems.append(f"securityContext.capabilities.add lacks {', '.join(missing)}")
     return problems
+
+
+def rule_efa_image(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    for m in manifests:
+        for c in iter_containers(m.doc):
+            if not _requests(c.container, EFA_RESOURCE):
+                continue
+            image = str(c.container.get("image") or "")
+            tag = image.rsplit("@", 1)[0].rsplit("/", 1)[-1].partition(":")[2]
+            if not EFA_IMAGE_TAG.search(tag):
+                yield _v("efa-image", m, c.path + ["image"],
+                         f"{c.label} requests {EFA_RESOURCE} but runs {image!r}, not an EFA build (tag "
+                         f"<version>-efa: training/Dockerfile VARIANT=efa adds libfabric and aws-ofi-nccl); "
+                         f"without them NCCL falls back to TCP sockets")
 
 
 def rule_efa_only_on_efa_env(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
@@ -352,9 +364,10 @@ RULES: dict[str, Rule] = {rule.name: rule for rule in (
                                  "are referenced, never committed", rule_no_plaintext_secrets),
     Rule("gpu-only-on-gpu-env", "GPU requests (nvidia.com/gpu, Ray num-gpus) only where the environment has GPU "
                                 "nodes", rule_gpu_only_on_gpu_env),
-    Rule("efa-complete", "a container requesting vpc.amazonaws.com/efa sets FI_PROVIDER=efa, "
-                         "FI_EFA_USE_DEVICE_RDMA, FI_EFA_FORK_SAFE=1 and adds IPC_LOCK and SYS_RESOURCE",
+    Rule("efa-complete", "a container requesting vpc.amazonaws.com/efa sets FI_PROVIDER=efa",
          rule_efa_complete),
+    Rule("efa-image", "a container requesting vpc.amazonaws.com/efa runs an EFA build of its image (tag "
+                      "<version>-efa: libfabric and aws-ofi-nccl)", rule_efa_image),
     Rule("efa-only-on-efa-env", "EFA requests only where the environment has EFA nodes (when that is known)",
          rule_efa_only_on_efa_env),
     Rule("dashboard-not-exposed", "the Ray dashboard (8265) is not reachable from outside the cluster unless the "

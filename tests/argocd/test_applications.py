@@ -78,7 +78,9 @@ def gotemplate(value, params):
 
 
 def generate(appset):
-    """Parameter sets of a matrix of a cluster generator and a git-directories or list generator."""
+    """Parameter sets of a matrix of a cluster generator and a git-directories or list generator. With goTemplate,
+    the first generator's parameters win a key both produce (Argo CD v3.5.1 applicationset/generators/matrix.go:
+    mergo.Merge(tmp, second); mergo.Merge(tmp, first, WithOverride)). The e2e cluster runs the real controller."""
     (matrix,) = appset["spec"]["generators"]
     cluster_gen, other = matrix["matrix"]["generators"]
     selector = cluster_gen["clusters"]["selector"]["matchLabels"]
@@ -89,7 +91,7 @@ def generate(appset):
         rows = [{"path": {"path": str(d.relative_to(REPO)), "basename": d.name}} for d in dirs]
     else:
         rows = other["list"]["elements"]
-    return [{**c, **row} for c, row in itertools.product(clusters, rows)]
+    return [{**row, **c} for c, row in itertools.product(clusters, rows)]
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -107,7 +109,11 @@ def test_one_application_per_app_directory(env):
         assert spec["source"]["repoURL"] == doc["gitops"]["repoURL"]
         assert spec["destination"] == {"server": doc["target"]["server"], "namespace": doc["target"]["namespace"]}
         policy = spec["syncPolicy"]
-        assert {"SkipDryRunOnMissingResource=true", "RespectIgnoreDifferences=true"} <= set(policy["syncOptions"])
+        assert {"SkipDryRunOnMissingResource=true", "ServerSideApply=true"} <= set(policy["syncOptions"])
+        # RespectIgnoreDifferences would merge the live workerGroupSpecs (an atomic list) into what is applied
+        assert "RespectIgnoreDifferences=true" not in policy["syncOptions"]
+        # server-side diff: structured-merge diff misses CRD defaults inside atomic lists (perpetual OutOfSync)
+        assert app["metadata"]["annotations"]["argocd.argoproj.io/compare-options"] == "ServerSideDiff=true"
         assert policy["retry"]["limit"] > 0 and "backoff" in policy["retry"]
         assert policy.get("automated") == ({"prune": True, "selfHeal": True} if doc["sync"]["automated"] else None)
 
@@ -121,17 +127,28 @@ def test_autoscaled_environment_ignores_worker_replicas():
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_operators_are_pinned_and_sync_before_the_apps(env):
-    appset = load(MANAGED / f"applicationset-{env}-operators.yaml")
-    apps = {p["name"]: p for p in generate(appset)}
-    assert set(apps) == {"kuberay-crds", "kuberay-operator", "training-operator"}
-    assert apps["kuberay-operator"]["targetRevision"] == "1.7.0" and apps["kuberay-operator"]["chart"] == "kuberay-operator"
-    assert apps["kuberay-crds"]["targetRevision"] == "v1.7.0"
-    assert apps["training-operator"]["targetRevision"] == "v1.9.0"
-    assert int(apps["kuberay-crds"]["wave"]) < int(apps["kuberay-operator"]["wave"])
-    assert "ServerSideApply=true" in appset["spec"]["template"]["spec"]["syncPolicy"]["syncOptions"]
-    wave = lambda name: int(load(MANAGED / name)["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"])
-    assert wave(f"appproject-{env}.yaml") < wave(f"applicationset-{env}-operators.yaml") < wave(f"applicationset-{env}.yaml")
+def test_operators_are_pinned_applications_the_root_orders_before_the_apps(env):
+    """CRDs -> operators -> workloads, as waves of the root Application (which holds the operator Applications
+    and, through the Application health check in argocd-cm, waits for them to be Healthy)."""
+    apps = {load(p)["metadata"]["name"]: load(p) for p in MANAGED.glob(f"application-{env}-*.yaml")}
+    assert set(apps) == {f"{env}-kuberay-crds", f"{env}-kuberay-operator", f"{env}-training-operator"}
+    src = {name[len(env) + 1:]: app["spec"]["source"] for name, app in apps.items()}
+    assert src["kuberay-operator"]["targetRevision"] == "1.7.0" and src["kuberay-operator"]["chart"] == "kuberay-operator"
+    assert src["kuberay-operator"]["helm"] == {"skipCrds": True}
+    assert src["kuberay-crds"]["targetRevision"] == "v1.7.0"
+    assert src["training-operator"] == {"repoURL": "https://github.com/kubeflow/trainer.git", "targetRevision": "v1.9.4",
+                                        "path": "manifests/overlays/standalone"}
+    wave = lambda doc: int(doc["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"])
+    doc = environments.load(REPO, env).doc
+    for app in apps.values():
+        assert app["spec"]["destination"]["server"] == doc["target"]["server"]
+        assert "finalizers" not in app["metadata"], "removing an operator Application must not delete the operator"
+        assert "ServerSideApply=true" in app["spec"]["syncPolicy"]["syncOptions"]
+    assert (wave(load(MANAGED / f"appproject-{env}.yaml")) < wave(apps[f"{env}-kuberay-crds"])
+            < wave(apps[f"{env}-kuberay-operator"]) <= wave(apps[f"{env}-training-operator"])
+            < wave(load(MANAGED / f"applicationset-{env}.yaml")))
+    cm = load(MANAGED / "configmap-argocd-cm.yaml")
+    assert "resource.customizations.health.argoproj.io_Application" in cm["data"], "waves on Applications need it"
 
 
 def test_cluster_secrets_carry_no_credentials():
@@ -154,13 +171,31 @@ def test_root_application_syncs_the_managed_directory():
     assert root["kind"] == "Application" and root["spec"]["source"]["path"] == "argocd/managed"
 
 
+STAGING_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="
+
+
 def test_a_new_environment_file_yields_its_project_and_applications(repo_copy):
     (repo_copy / "environments" / "staging.yaml").write_text(
-        "target:\n  namespace: ray-staging\n  server: https://staging.example.internal\n")
+        "target:\n  namespace: ray-staging\n  server: https://staging.example.internal\n"
+        f"  caData: {STAGING_CA}\n")
     proc = run_generator(repo_copy, "render")
     assert proc.returncode == 0, proc.stderr
     managed = repo_copy / "argocd" / "managed"
-    for name in ("appproject-staging.yaml", "applicationset-staging.yaml", "applicationset-staging-operators.yaml",
+    for name in ("appproject-staging.yaml", "applicationset-staging.yaml", "application-staging-kuberay-crds.yaml",
+                 "application-staging-kuberay-operator.yaml", "application-staging-training-operator.yaml",
                  "secret-cluster-staging.yaml"):
         assert (managed / name).exists(), name
     assert load(managed / "appproject-staging.yaml")["spec"]["destinations"][0]["server"] == "https://staging.example.internal"
+    config = json.loads(load(managed / "secret-cluster-staging.yaml")["stringData"]["config"])
+    assert config["tlsClientConfig"] == {"caData": STAGING_CA, "insecure": False}
+
+
+def test_a_remote_cluster_without_its_ca_is_refused_at_the_line_that_names_it(repo_copy):
+    env = repo_copy / "environments" / "staging.yaml"
+    env.write_text("target:\n  namespace: ray-staging\n  server: https://staging.example.internal\n")
+    before = {p: p.read_text() for p in (repo_copy / "argocd").rglob("*.yaml")}
+    proc = run_generator(repo_copy, "render")
+    assert proc.returncode != 0
+    assert "environments/staging.yaml:3: target.server: a remote cluster needs target.caData" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert {p: p.read_text() for p in (repo_copy / "argocd").rglob("*.yaml")} == before

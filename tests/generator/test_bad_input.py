@@ -44,7 +44,7 @@ def test_yaml_syntax_error_gives_file_and_line(repo_copy):
 
 def test_wrong_type_gives_file_line_key_and_expectation(repo_copy):
     env = repo_copy / "environments" / "minikube.yaml"
-    edit(env, "      replicas: 2\n", "      replicas: two\n")
+    edit(env, "    workers:\n      replicas: 1\n", "    workers:\n      replicas: two\n")
     line = line_of(env, "replicas: two")
     err = render_fails(repo_copy, "--env", "minikube")
     assert f"environments/minikube.yaml:{line}: cluster.workerGroups.workers.replicas" in err
@@ -112,5 +112,5 @@ def test_helm_schema_failure_for_a_missing_required_value(repo_copy):
 
 def test_a_failure_in_one_environment_leaves_the_others_untouched(repo_copy):
     env = repo_copy / "environments" / "eks.yaml"
-    edit(env, "      replicas: 1\n", "      replicas: -1\n")
+    edit(env, "      minReplicas: 0\n", "      minReplicas: -1\n")
     render_fails(repo_copy)  # all environments: eks fails, so minikube is not swapped either

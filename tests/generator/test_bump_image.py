@@ -24,7 +24,7 @@ def test_bump_changes_only_the_tag_lines_and_re_renders(repo_copy):
     proc = run_generator(repo_copy, "bump-image", "--tag", "0.2.0")
     assert proc.returncode == 0, proc.stderr
     assert "environments/base.yaml: cluster.image.tag 0.1.0-cpu -> 0.2.0-cpu" in proc.stdout
-    assert "environments/eks.yaml: cluster.image.tag 0.1.0-gpu -> 0.2.0-gpu" in proc.stdout
+    assert "environments/eks.yaml: cluster.image.tag 0.1.0-efa -> 0.2.0-efa" in proc.stdout
     for name, old in before.items():
         new = (repo_copy / "environments" / name).read_text()
         changed = [l for l in difflib.ndiff(old.splitlines(), new.splitlines()) if l[:1] in "+-"]
@@ -35,7 +35,7 @@ def test_bump_changes_only_the_tag_lines_and_re_renders(repo_copy):
             assert changed == []
     cluster = yaml.safe_load((repo_copy / "apps/eks/ray-cluster/raycluster-eks-ray.yaml").read_text())
     image = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
-    assert image.endswith("/ray-training:0.2.0-gpu")
+    assert image.endswith("/ray-training:0.2.0-efa")
     # the torchrun job's own image is not the training image: untouched
     (job,) = (repo_copy / "apps/eks/job-fsdp-llama").glob("*.yaml")
     assert "fsdp:2025.06" in job.read_text()

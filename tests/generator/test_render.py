@@ -30,10 +30,10 @@ def test_committed_apps_equal_a_fresh_render(repo_copy, tmp_path):
 
 def test_check_rendered_catches_a_hand_edit(repo_copy):
     target = next((repo_copy / "apps" / "minikube").rglob("raycluster-*.yaml"))
-    target.write_text(target.read_text().replace("replicas: 2", "replicas: 5", 1))
+    target.write_text(target.read_text().replace("replicas: 1", "replicas: 5", 1))
     proc = run_generator(repo_copy, "check-rendered")
     assert proc.returncode == 1
-    assert "replicas: 5" in proc.stdout and "replicas: 2" in proc.stdout
+    assert "replicas: 5" in proc.stdout and "replicas: 1" in proc.stdout
     assert "make render" in proc.stdout
 
 

@@ -21,14 +21,16 @@ def pods(spec):
         yield group["groupName"], group["template"]["spec"], group
 
 
-def test_minikube_cluster_is_one_head_and_two_cpu_workers():
+def test_minikube_standing_cluster_is_one_head_and_one_cpu_worker():
+    """Sized so the standing cluster and one job's cluster fit the namespace quota and the two 4-CPU nodes
+    (the e2e cluster schedules them: tests/e2e/test_02_pods.py)."""
     cluster = load("minikube/ray-cluster/raycluster-minikube-ray.yaml")
     spec = cluster["spec"]
     workers = spec["workerGroupSpecs"]
-    assert [g["replicas"] for g in workers] == [2]
+    assert [g["replicas"] for g in workers] == [1]
     for role, pod, _ in pods(spec):
         res = pod["containers"][0]["resources"]
-        assert res["requests"] == {"cpu": "2", "memory": "4Gi"} == res["limits"], role
+        assert res["requests"] == {"cpu": "1", "memory": "2Gi"} == res["limits"], role
         assert "nvidia.com/gpu" not in res["limits"]
     ports = {p["name"]: p["containerPort"] for p in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]}
     assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001}

@@ -43,7 +43,7 @@ def test_manifests_missing_schemas_exit_2(tmp_path, capsys, monkeypatch):
 
 def test_policy_flags(capsys):
     assert main(["policy", "--apps-dir", str(GOOD), "--env", "good", "--gpu-nodes", "--efa-nodes"]) == 0
-    assert capsys.readouterr().out.strip() == "good: policies OK (7 rules checked)"
+    assert capsys.readouterr().out.strip() == "good: policies OK (8 rules checked)"
     assert main(["policy", "--apps-dir", str(GOOD), "--env", "cpu", "--no-gpu-nodes"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("gpu-only-on-gpu-env: ") and "cpu: 3 policy violation(s)" in out
@@ -75,5 +75,5 @@ def test_module_entry_point(crds):
                           capture_output=True, text=True)
     assert proc.returncode == 0
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [
-        "resources-required", "image-pinned", "no-plaintext-secrets", "gpu-only-on-gpu-env", "efa-complete",
+        "resources-required", "image-pinned", "no-plaintext-secrets", "gpu-only-on-gpu-env", "efa-complete", "efa-image",
         "efa-only-on-efa-env", "dashboard-not-exposed"]

@@ -66,6 +66,10 @@ devices: {{ .root.Values.efa.devicesPerPod | default $f.devices }}
 {{- end -}}
 {{- if $vals.nccl.enabled -}}
 {{- range $k, $v := $vals.nccl.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
+{{- with $vals.nccl.collectiveTimeoutSeconds }}{{ $_ := set $env "TRAINING_COLLECTIVE_TIMEOUT_SECONDS" (toString .) }}{{ end -}}
+{{- if and $vals.checkpoints.enabled (hasKey $env "TORCH_NCCL_DUMP_ON_TIMEOUT") -}}
+{{- $_ := set $env "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" (printf "%s/nccl-flight-recorder-rank_" $vals.checkpoints.mountPath) -}}
+{{- end -}}
 {{- end -}}
 {{- range $k, $v := $vals.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
 {{- range $k, $v := .group.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
@@ -92,16 +96,14 @@ devices: {{ .root.Values.efa.devicesPerPod | default $f.devices }}
 {{- end }}
 {{- end -}}
 
-{{/* Container securityContext: the chart's, plus the capabilities EFA needs. */}}
+{{/*
+Container securityContext: the chart's. EFA adds no capability: the Ray process runs as uid 1000 with
+allowPrivilegeEscalation false, so IPC_LOCK / SYS_RESOURCE would never be in its effective set. What EFA needs is
+locked memory for its registered buffers: a non-root process may lock up to RLIMIT_MEMLOCK, which the node's
+container runtime sets (unlimited on the EKS accelerated AMI); the training entrypoint checks it at start.
+*/}}
 {{- define "tlib.containerSecurityContext" -}}
-{{- $sc := deepCopy (.root.Values.containerSecurityContext | default dict) -}}
-{{- if include "tlib.usesEfa" . -}}
-{{- $caps := $sc.capabilities | default dict -}}
-{{- $add := concat ($caps.add | default list) (list "IPC_LOCK" "SYS_RESOURCE") | uniq -}}
-{{- $_ := set $caps "add" $add -}}
-{{- $_ := set $sc "capabilities" $caps -}}
-{{- end -}}
-{{- toYaml $sc -}}
+{{- toYaml (.root.Values.containerSecurityContext | default dict) -}}
 {{- end -}}
 
 {{/* Volumes every pod gets: /dev/shm, checkpoints, shared and group volumes, extra volumes from the chart. */}}
@@ -142,7 +144,7 @@ The pod template of one group. Extra keys in the dict:
 {{- $vals := .root.Values -}}
 metadata:
   labels:
-    {{- include "tlib.labels" .root | nindent 4 }}
+    {{- include "tlib.podLabels" .root | nindent 4 }}
 spec:
   {{- with $vals.serviceAccountName }}
   serviceAccountName: {{ . }}

@@ -3,11 +3,9 @@ The spec of a RayCluster (also embedded as a RayJob's rayClusterSpec). Takes a d
   root: the chart's top-level context (cluster values at .Values)
   extraVolumes, extraVolumeMounts: added to every Ray pod (e.g. the job's spec ConfigMap)
 */}}
+{{- /* num-gpus is not rendered: KubeRay derives it from the container's nvidia.com/gpu limit. */ -}}
 {{- define "tlib.rayStartParams" -}}
 {{- $params := deepCopy (.group.rayStartParams | default dict) -}}
-{{- if include "tlib.usesGpu" . -}}
-{{- $_ := set $params "num-gpus" (toString .group.gpus) -}}
-{{- end -}}
 {{- range $k, $v := $params }}
 {{ $k }}: {{ toString $v | quote }}
 {{- end }}
@@ -52,9 +50,19 @@ workerGroupSpecs:
 {{- $group := get $vals.workerGroups $groupName }}
 {{- if $group }}
 {{- $ctx := dict "root" $root "group" $group "containerName" "ray-worker" "extraVolumes" $extraVolumes "extraVolumeMounts" $extraVolumeMounts }}
+{{- $min := hasKey $group "minReplicas" | ternary $group.minReplicas $group.replicas }}
+{{- $replicas := hasKey $group "replicas" | ternary $group.replicas $min }}
+{{- if $vals.autoscaler.enabled }}
+{{- /* The autoscaler owns replicas. workerGroupSpecs is an atomic list, so whatever is applied from git replaces
+       the live value: render the group's minimum, where the autoscaler starts from anyway. */}}
+{{- if and (hasKey $group "replicas") (ne (int $group.replicas) (int $min)) }}
+{{- fail (printf "workerGroups.%s.replicas: with the autoscaler on, the autoscaler sets replicas; leave replicas out (the group starts at minReplicas %v)" $groupName $min) }}
+{{- end }}
+{{- $replicas = $min }}
+{{- end }}
   - groupName: {{ $groupName }}
-    replicas: {{ $group.replicas }}
-    minReplicas: {{ hasKey $group "minReplicas" | ternary $group.minReplicas $group.replicas }}
+    replicas: {{ $replicas }}
+    minReplicas: {{ $min }}
     maxReplicas: {{ hasKey $group "maxReplicas" | ternary $group.maxReplicas $group.replicas }}
     {{- with $group.idleTimeoutSeconds }}
     idleTimeoutSeconds: {{ . }}

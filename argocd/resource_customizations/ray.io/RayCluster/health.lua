@@ -45,16 +45,6 @@ if status == nil or next(status) == nil then
   return result("Progressing", "Waiting for the KubeRay operator to report the RayCluster's status")
 end
 
-local generation = nil
-if obj.metadata ~= nil then
-  generation = tonumber(obj.metadata.generation)
-end
-local observed = tonumber(status.observedGeneration)
-if generation ~= nil and observed ~= nil and observed < generation then
-  return result("Progressing", "Waiting for KubeRay to observe generation " .. generation ..
-    " of the RayCluster (observed " .. observed .. ")")
-end
-
 local conditions = {}
 if status.conditions ~= nil then
   for _, condition in ipairs(status.conditions) do
@@ -70,6 +60,24 @@ local function isTrue(conditionType)
 end
 
 local state = status.state or ""
+
+-- RayClusterProvisioned becomes True once all Pods were ready for the first time and stays True;
+-- state "ready" is the equivalent when the conditions feature gate is off.
+local provisioned = isTrue("RayClusterProvisioned") or state == "ready"
+
+-- Generation lag counts only until the cluster is first provisioned: KubeRay writes the status only when a
+-- compared field changes (utils.InconsistentRayClusterStatus ignores observedGeneration), so after a spec edit
+-- that changes no pod or count, observedGeneration stays behind for good (KubeRay v1.7.0
+-- ray-operator/controllers/ray/utils/consistency.go).
+local generation = nil
+if obj.metadata ~= nil then
+  generation = tonumber(obj.metadata.generation)
+end
+local observed = tonumber(status.observedGeneration)
+if not provisioned and generation ~= nil and observed ~= nil and observed < generation then
+  return result("Progressing", "Waiting for KubeRay to observe generation " .. generation ..
+    " of the RayCluster (observed " .. observed .. ")")
+end
 if state ~= "" and state ~= "ready" and state ~= "suspended" and state ~= "failed" then
   return result("Unknown", "Unrecognized RayCluster state: " .. state)
 end
@@ -104,9 +112,7 @@ end
 local workers = count(status.readyWorkerReplicas) .. "/" .. count(status.desiredWorkerReplicas) ..
   " worker replicas ready"
 
--- RayClusterProvisioned becomes True once all Pods were ready for the first time and stays True;
--- state "ready" is the equivalent when the conditions feature gate is off.
-if isTrue("RayClusterProvisioned") or state == "ready" then
+if provisioned then
   local head = conditions["HeadPodReady"]
   if head ~= nil and head.status ~= "True" then
     return result("Degraded", describe("Head Pod is not ready", head.reason, head.message))

@@ -138,6 +138,18 @@ if ready == nil then
   return result("Progressing", "Waiting for the RayService to become ready")
 end
 
+-- KubeRay v1.7.0 rayservice_controller.go: a spec that fails validation sets Ready=False, reason ValidationFailed;
+-- nothing will change until the spec does.
+if ready.status ~= "True" and ready.reason == "ValidationFailed" then
+  return result("Degraded", describe("RayService spec is invalid", ready.reason, ready.message))
+end
+
+-- Rolling an incremental upgrade back to the original cluster: traffic is moving, not settled.
+if isTrue("RollbackInProgress") then
+  local rollback = conditions["RollbackInProgress"]
+  return result("Progressing", describe("Rolling back the upgrade", rollback.reason, rollback.message))
+end
+
 if ready.status == "True" then
   if isTrue("UpgradeInProgress") then
     local upgrade = conditions["UpgradeInProgress"]
