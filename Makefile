@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down
+.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -66,16 +66,19 @@ image: ## build the training image (VARIANT=cpu|gpu|efa, IMAGE=..., TAG=...); ne
 	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make image needs a running Docker engine"; exit 2; }
 	docker build -f training/Dockerfile --build-arg VARIANT=$(or $(VARIANT),cpu) -t $(or $(IMAGE),ray-training):$(or $(TAG),dev) .
 
-e2e-build: setup ## build the e2e cluster's components from their Go modules at pinned versions (cached)
+setup-e2e: ## what the e2e cluster needs besides .venv: Go, Debian's redis-server, unshare
+	@scripts/setup.sh e2e
+
+e2e-build: setup-e2e ## build the e2e cluster's components from their Go modules at pinned versions (cached)
 	@$(PY) -m e2e build
 
-e2e-up: setup ## start the e2e cluster in the background (idempotent) and print its kubeconfig
+e2e-up: setup-e2e ## start the e2e cluster in the background (idempotent) and print its kubeconfig
 	@$(PY) -m e2e up
 
 e2e-down: ## stop the e2e cluster (idempotent; nothing left running)
 	@if [ -x $(PY) ]; then $(PY) -m e2e down; fi
 
-e2e: setup ## the e2e scenarios on a fresh e2e cluster, torn down after (E2E_KEEP=1 keeps it; ARGS=-k ...)
+e2e: setup setup-e2e ## the e2e scenarios on a fresh e2e cluster, torn down after (E2E_KEEP=1 keeps it; ARGS=-k ...)
 	@$(PY) -m e2e run -- $(ARGS)
 
 bench-render: setup-base ## time rendering: helm vs generator overhead, and 200 jobs x 4 environments

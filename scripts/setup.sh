@@ -86,9 +86,28 @@ PY
   say "  $(.tools/bin/helm version --template '{{.Version}}')"
 }
 
+# The e2e cluster's system needs: Go (the components are built from their modules), Debian's redis-server (Argo
+# CD's cache), unshare (util-linux: the operator pods' mount namespaces).
+ensure_e2e_system() {
+  if ! command -v go >/dev/null 2>&1; then
+    say "the e2e cluster is built from Go modules: install Go >= 1.26 (https://go.dev/dl/)"; return 1
+  fi
+  if ! command -v redis-server >/dev/null 2>&1; then
+    local apt=(apt-get install -y --no-install-recommends redis-server)
+    if [ "$(id -u)" -ne 0 ]; then apt=(sudo -n "${apt[@]}"); fi
+    say "installing Debian's redis-server (Argo CD's cache): ${apt[*]}"
+    if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null 2>&1; then
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
+      DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null || { say "could not install redis-server"; return 1; }
+    fi
+  fi
+  command -v unshare >/dev/null 2>&1 || { say "unshare (util-linux) is needed"; return 1; }
+}
+
 case "$profile" in
   base) ensure_venv; install_extras base ".[dev]"; ensure_helm ;;
   all)  ensure_venv; install_extras base ".[dev]"; install_extras all ".[dev,train]"; ensure_helm ;;
   helm) ensure_venv; ensure_helm ;;
-  *) say "usage: scripts/setup.sh [base|all|helm]"; exit 2 ;;
+  e2e)  ensure_venv; install_extras base ".[dev]"; ensure_helm; ensure_e2e_system ;;
+  *) say "usage: scripts/setup.sh [base|all|helm|e2e]"; exit 2 ;;
 esac

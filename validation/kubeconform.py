@@ -40,9 +40,20 @@ class KubeconformError(RuntimeError):
     """kubeconform could not be run or printed something that is not its JSON output."""
 
 
-def find_kubeconform(path: str | None = None) -> str | None:
-    """The kubeconform executable on PATH (or on ``path``, a PATH-like string), if any."""
-    return shutil.which(KUBECONFORM_BINARY, path=path)
+# Where `python -m e2e build` (make e2e-build) puts the kubeconform it builds from its Go module:
+# .cache/e2e/bin/tools-<hash>/kubeconform under the repository root.
+BUILT_GLOB = ".cache/e2e/bin/tools-*/kubeconform"
+
+
+def find_kubeconform(path: str | None = None, root: Path | None = None) -> str | None:
+    """The kubeconform executable on PATH (or on ``path``, a PATH-like string), else the one the e2e build made
+    under ``root`` (the newest), if any."""
+    found = shutil.which(KUBECONFORM_BINARY, path=path)
+    if found or path is not None:
+        return found
+    root = root or Path(__file__).resolve().parent.parent
+    built = sorted(root.glob(BUILT_GLOB), key=lambda p: p.stat().st_mtime)
+    return str(built[-1]) if built and os.access(built[-1], os.X_OK) else None
 
 
 def normalize_kube_version(version: str) -> str:

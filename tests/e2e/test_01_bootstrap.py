@@ -50,12 +50,34 @@ def _root_ok(e2e):
     return e2e.synced_healthy(root), e2e.describe(root)
 
 
+def _is_job_app(name: str) -> bool:
+    return "-job-" in name
+
+
 @pytest.mark.parametrize("env", nodes.environments())
 def test_every_app_synced_and_healthy(e2e, bootstrapped, env):
-    apps = e2e.wait_synced_healthy(env, BOOTSTRAP_TIMEOUT)
+    """Operators, platform and the standing cluster: Synced and Healthy. A job's app: Synced, its sync finished,
+    its job running (Progressing until the job ends: test_03 ends them)."""
+    expected = e2e.expected_apps(env)
+    apps = e2e.wait_synced_healthy(env, BOOTSTRAP_TIMEOUT, names={n for n in expected if not _is_job_app(n)})
     # Argo CD computed the workloads' health with our Lua: a RayCluster's message is ours ("x/y worker
     # replicas ready"), not the empty one a kind without a health check gets
     cluster_app = next(a for a in apps if a["metadata"]["name"] == f"{env}-ray-cluster")
     rayclusters = [r for r in cluster_app["status"]["resources"] if r["kind"] == "RayCluster"]
     assert rayclusters and all(r["health"]["status"] == "Healthy" for r in rayclusters)
     assert all("worker replicas ready" in r["health"].get("message", "") for r in rayclusters), rayclusters
+
+    def jobs_running():
+        problems = []
+        current = {a["metadata"]["name"]: a for a in e2e.env_apps(env)}
+        for name in sorted(n for n in expected if _is_job_app(n)):
+            app = current.get(name)
+            if app is None:
+                problems.append(f"no Application {name}")
+                continue
+            sync, health = e2e.app_state(app)
+            op = (app.get("status") or {}).get("operationState") or {}
+            if sync != "Synced" or health not in ("Progressing", "Healthy") or op.get("phase") != "Succeeded":
+                problems.append(e2e.describe(app))
+        return not problems, "; ".join(problems)
+    wait_for(jobs_running, BOOTSTRAP_TIMEOUT, 5, f"the {env} job applications were not Synced with their job running")

@@ -104,9 +104,16 @@ def test_gpu_pods_carry_the_profile(e2e, bootstrapped, env):
             problems.append(f"{name}: FI_PROVIDER={env_vars.get('FI_PROVIDER')}")
         if cluster["nccl"]["enabled"] and "NCCL_DEBUG" not in env_vars:
             problems.append(f"{name}: no NCCL_DEBUG")
-        caps = ((container.security_context or {}) and container.security_context.capabilities)
-        if cluster["efa"]["enabled"] and not (caps and "IPC_LOCK" in (caps.add or [])):
-            problems.append(f"{name}: no IPC_LOCK capability")
+        if cluster["efa"]["enabled"] and not (container.image or "").endswith("-efa"):
+            problems.append(f"{name}: image {container.image} is not an EFA build")
+        sc = pod.spec.security_context
+        if not (sc and sc.fs_group_change_policy == "OnRootMismatch"):
+            problems.append(f"{name}: fsGroupChangePolicy is not OnRootMismatch (FSx would be re-owned at every mount)")
+        limits_gpu = (container.resources.limits or {}).get("nvidia.com/gpu")
+        if limits_gpu and "ray.io/node-type" in (pod.metadata.labels or {}):
+            command = " ".join((container.command or []) + (container.args or []))
+            if f"--num-gpus={limits_gpu}" not in command.replace(" --num-gpus ", " --num-gpus="):
+                problems.append(f"{name}: KubeRay did not derive num-gpus {limits_gpu} into `ray start`: {command[:200]}")
         mounts = {m.mount_path: m.name for m in container.volume_mounts or []}
         volumes = {v.name: v for v in pod.spec.volumes or []}
         shm = volumes.get(mounts.get("/dev/shm", ""))
@@ -136,3 +143,20 @@ def test_checkpoint_claim_is_bound(e2e, bootstrapped, env):
         pvc = e2e.core(env).read_namespaced_persistent_volume_claim(claim, e2e.namespace(env))
         return pvc.status.phase == "Bound", pvc.status.phase
     wait_for(check, 180, 3, f"claim {claim} did not bind")
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_ray_head_services_select_their_head_pod(e2e, bootstrapped, env):
+    """Every Service KubeRay made for a Ray head (the cluster's <cluster>-head-svc and a RayJob's <job>-head-svc)
+    selects the head pod: no template label overrides KubeRay's own (app.kubernetes.io/name=kuberay)."""
+    def check():
+        problems, services = [], 0
+        for svc in e2e.core(env).list_namespaced_service(e2e.namespace(env)).items:
+            if not svc.metadata.name.endswith("-head-svc"):
+                continue
+            services += 1
+            selector = ",".join(f"{k}={v}" for k, v in (svc.spec.selector or {}).items())
+            if not [p for p in e2e.pods(env, selector) if (p.metadata.labels or {}).get("ray.io/node-type") == "head"]:
+                problems.append(f"Service {svc.metadata.name} selects no head pod ({selector})")
+        return services > 0 and not problems, "; ".join(problems) or f"{services} head services"
+    wait_for(check, PODS_TIMEOUT, 5, f"the {env} Ray head services")

@@ -119,3 +119,25 @@ def _finished(job: dict) -> bool:
     if job["kind"] == "RayJob":
         return status.get("jobDeploymentStatus") in ("Complete", "Failed")
     return any(c["type"] in ("Succeeded", "Failed") and c["status"] == "True" for c in status.get("conditions") or [])
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_the_new_runs_finish_and_every_app_ends_synced_and_healthy(e2e, bumped, env):
+    """The new runs end as their pods do (a submitter or every PyTorchJob pod exits 0); then every Application
+    of the environment is Synced and Healthy."""
+    before, _ = bumped
+
+    def check():
+        waiting = []
+        for name, job in _jobs(e2e, env).items():
+            if name in before[env]["jobs"] or _finished(job):
+                continue
+            waiting.append(name)
+            selector = (f"training.kubeflow.org/job-name={name}" if job["kind"] == "PyTorchJob"
+                        else f"batch.kubernetes.io/job-name={name}")
+            for pod in e2e.pods(env, selector):
+                if pod.status.phase == "Running":
+                    e2e.finish_pod(env, pod, 0)
+        return not waiting, f"runs not finished yet: {waiting}"
+    wait_for(check, 360, 5, f"{env}'s new runs did not finish")
+    e2e.wait_synced_healthy(env, 300)

@@ -112,9 +112,18 @@ end
 local workers = count(status.readyWorkerReplicas) .. "/" .. count(status.desiredWorkerReplicas) ..
   " worker replicas ready"
 
+-- A head Pod that is gone or still starting (KubeRay's HeadPodReady reason, from the Pod or its container's
+-- waiting reason) is a Pod being (re)created: after a spec change with upgradeStrategy Recreate, KubeRay deletes
+-- every Pod and creates them anew. Any other reason (ErrImagePull, CrashLoopBackOff, ...) is a failure.
+local startingReasons = { HeadPodNotFound = true, Unknown = true, ContainerCreating = true,
+  PodInitializing = true }
+
 if provisioned then
   local head = conditions["HeadPodReady"]
   if head ~= nil and head.status ~= "True" then
+    if startingReasons[head.reason or ""] then
+      return result("Progressing", describe("Head Pod is being created", head.reason, head.message))
+    end
     return result("Degraded", describe("Head Pod is not ready", head.reason, head.message))
   end
   return result("Healthy", "RayCluster is ready: " .. workers)
