@@ -208,7 +208,7 @@ def cmd_run(args) -> int:
     # the scenarios run even when the cluster did not come up: each then fails (its fixture cannot start one),
     # so the summary counts them instead of reporting nothing
     pytest_args = [sys.executable, "-m", "pytest", "-m", "e2e", "tests/e2e", "-p", "no:cacheprovider",
-                   *args.pytest_args]
+                   "--durations=12", *args.pytest_args]
     rc = subprocess.call(pytest_args, cwd=ROOT, env={**os.environ, "E2E_SOURCE": str(args.source)}) or up_rc
     if not os.environ.get("E2E_KEEP"):
         cmd_down(argparse.Namespace(quiet=True))

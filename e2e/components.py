@@ -94,7 +94,7 @@ BY_NAME = {c.name: c for c in COMPONENTS}
 def module_version(go_mod: Path, module: str) -> str:
     """The version `go_mod` requires of `module` (after its replace directives)."""
     text = go_mod.read_text()
-    replaced = re.search(rf"^\s*{re.escape(module)}\s*=>\s*\S+\s+(v\S+)", text, re.M)
+    replaced = re.search(rf"^\s*(?:replace\s+)?{re.escape(module)}\s*=>\s*\S+\s+(v\S+)", text, re.M)
     if replaced:
         return replaced.group(1)
     required = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.M)

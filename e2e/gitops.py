@@ -3,13 +3,10 @@ repository and push (then refresh, as Argo CD's git webhook would), read what Ar
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from . import kube, remotes, world
 
-ROOT = Path(__file__).resolve().parent.parent
 ARGOCD_NS = "argocd"
 
 
@@ -23,11 +20,57 @@ def work_dir(current: dict) -> Path:
     return Path(current["git"]["work"])
 
 
+def referenced_secrets(apps_env_dir: Path) -> dict[tuple[str, str], set[str]]:
+    """{(namespace, Secret name): keys} the rendered workloads of an environment read from Secrets that are made out
+    of git (README: every credential): env secretKeyRefs, and Ray token auth (authOptions.secretName, key
+    auth_token, which KubeRay reads to call the dashboard)."""
+    import yaml
+    found: dict[tuple[str, str], set[str]] = {}
+
+    def walk(node, namespace):
+        if isinstance(node, dict):
+            ref = node.get("secretKeyRef")
+            if isinstance(ref, dict) and ref.get("name") and ref.get("key"):
+                found.setdefault((namespace, ref["name"]), set()).add(ref["key"])
+            auth = node.get("authOptions")
+            if isinstance(auth, dict) and auth.get("mode") == "token" and auth.get("secretName"):
+                found.setdefault((namespace, auth["secretName"]), set()).add("auth_token")
+            for value in node.values():
+                walk(value, namespace)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value, namespace)
+    for path in sorted(apps_env_dir.glob("*/*.yaml")):
+        doc = yaml.safe_load(path.read_text()) or {}
+        walk(doc, (doc.get("metadata") or {}).get("namespace", "default"))
+    return found
+
+
+def create_prerequisite_secrets(current: dict) -> list[str]:
+    """What a user does before bootstrapping (out of git): the Secrets the workloads reference, here with random
+    values, in each environment's namespace on its cluster. Returns what it created."""
+    import secrets as token
+    created = []
+    for env, cluster in current["clusters"].items():
+        kubeconfig, context = Path(cluster["kubeconfig"]), cluster["context"]
+        for (namespace, name), keys in sorted(referenced_secrets(work_dir(current) / "apps" / env).items()):
+            kube.kubectl(kubeconfig, context, "create", "namespace", namespace, check=False)
+            data = [f"--from-literal={key}={token.token_hex(16)}" for key in sorted(keys)]
+            out = kube.kubectl(kubeconfig, context, "-n", namespace, "create", "secret", "generic", name, *data,
+                               check=False)
+            if out:
+                created.append(f"{env}: {namespace}/{name} ({', '.join(sorted(keys))})")
+    return created
+
+
 def bootstrap(current: dict) -> str:
-    """`kubectl apply -n argocd -f argocd/root.yaml`, the README's bootstrap step 3, with the published file."""
+    """The README's bootstrap: the out-of-git Secrets first, then `kubectl apply -n argocd -f argocd/root.yaml`
+    with the published file."""
+    created = create_prerequisite_secrets(current)
     kubeconfig, context = management(current)
-    return kube.apply(kubeconfig, context, (work_dir(current) / "argocd" / "root.yaml").read_text(),
-                      manager="kubectl", namespace=ARGOCD_NS)
+    out = kube.apply(kubeconfig, context, (work_dir(current) / "argocd" / "root.yaml").read_text(),
+                     manager="kubectl", namespace=ARGOCD_NS)
+    return "".join(f"secret created: {c}\n" for c in created) + out
 
 
 def applications(current: dict) -> list[dict]:
@@ -65,15 +108,6 @@ def refresh(current: dict) -> None:
     for app in applications(current):
         kube.kubectl(kubeconfig, context, "-n", ARGOCD_NS, "annotate", "--overwrite", "application",
                      app["metadata"]["name"], "argocd.argoproj.io/refresh=normal")
-
-
-def make_in_work(current: dict, *args: str) -> str:
-    """Run a generator command in the published checkout (e.g. bump-image), as a user does in their clone."""
-    proc = subprocess.run([sys.executable, "-m", "generator", *args], cwd=work_dir(current), capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"python -m generator {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc.stdout
 
 
 def push(current: dict, message: str, the_world: world.World | None = None) -> str:

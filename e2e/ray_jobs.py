@@ -8,7 +8,9 @@ submitter runs) waits for the job and exits 0 exactly when it SUCCEEDED:
 
   submitter pod Pending -> PENDING;  Running -> RUNNING;  Succeeded -> SUCCEEDED;
   Failed -> FAILED, with the container's termination message (kwok: e2e.ray-gitops.io/message);
-  no RayJob with that submission id -> 404, as Ray answers for an unknown job.
+  no RayJob with that submission id -> 404, as Ray answers for an unknown job;
+  a cluster with Ray token auth (authOptions.mode token) answers only a request carrying its token
+  (x-ray-authorization: Bearer <auth_token of the Secret>), else 401, as Ray's token auth does.
 
 Scenarios end a job by ending its submitter pod (e2e.kwok_stages); everything after that is KubeRay's own logic.
 """
@@ -87,7 +89,7 @@ class RayJobAPI:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - the http.server interface
-                status, body = api.answer(self.path)
+                status, body = api.answer(self.path, self.headers.get("x-ray-authorization", ""))
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json" if not isinstance(body, bytes)
@@ -106,7 +108,7 @@ class RayJobAPI:
         if self.server:
             self.server.shutdown()
 
-    def answer(self, path: str) -> tuple[int, object]:
+    def answer(self, path: str, authorization: str = "") -> tuple[int, object]:
         path = path.split("?", 1)[0]
         if path == "/api/gcs_healthz":
             return 200, b"success"
@@ -118,10 +120,33 @@ class RayJobAPI:
             return 200, [self._info(j) for j in rayjobs if (j.get("status") or {}).get("jobId")]
         for rayjob in rayjobs:
             if (rayjob.get("status") or {}).get("jobId") == submission_id:
+                refused = self._auth_refused(rayjob, authorization)
+                if refused:
+                    self.log(f"ray job api {self.env}: {submission_id} -> 401 ({refused})")
+                    return 401, f"Unauthorized: {refused}".encode()
                 info = self._info(rayjob)
                 self.log(f"ray job api {self.env}: {submission_id} -> {info['status']}")
                 return 200, info
         return 404, f"Job {submission_id} does not exist".encode()
+
+    def _auth_refused(self, rayjob: dict, authorization: str) -> str | None:
+        """Ray token auth of the job's cluster: None when the request may pass, else why not."""
+        import base64
+
+        from kubernetes.client.rest import ApiException
+        auth = ((rayjob.get("spec") or {}).get("rayClusterSpec") or {}).get("authOptions") or {}
+        if auth.get("mode") != "token":
+            return None
+        namespace = rayjob["metadata"]["namespace"]
+        name = auth.get("secretName") or (rayjob.get("status") or {}).get("rayClusterName", "")
+        try:
+            data = self.core.read_namespaced_secret(name, namespace).data or {}
+        except ApiException:
+            return f"the cluster's auth Secret {namespace}/{name} does not exist"
+        token = base64.b64decode(data.get("auth_token", "")).decode()
+        if not token or authorization != f"Bearer {token}":
+            return "missing or wrong x-ray-authorization token"
+        return None
 
     def _info(self, rayjob: dict) -> dict:
         meta = rayjob["metadata"]

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from e2e import cli, state
-from tests.e2e.harness import Harness
+from tests.e2e.harness import BootstrapWatch, Harness
 
 HERE = os.path.dirname(__file__)
 
@@ -65,9 +65,13 @@ def _record(harness: Harness) -> None:
 
 @pytest.fixture(scope="session")
 def bootstrapped(e2e):
-    """argocd/root.yaml applied once; returns the time it was applied."""
+    """argocd/root.yaml applied once; a watch records, from then on, when each Application was first Healthy and
+    when each ApplicationSet appeared (the order the root's sync waves make)."""
+    watch = BootstrapWatch(e2e)
     e2e.bootstrap()
-    return time.monotonic()
+    watch.start()
+    yield watch
+    watch.stop()
 
 
 def pytest_sessionfinish(session, exitstatus):

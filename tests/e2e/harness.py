@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -192,8 +193,11 @@ class Harness:
             yaml_rt.dump(data, f)
 
     def generator(self, *args: str) -> str:
+        """The published checkout's own generator, with this checkout's helm (a user's clone has one too)."""
+        from generator import helm
+        env = {**os.environ, "HELM": helm.binary(Path(__file__).resolve().parents[2])}
         proc = subprocess.run([sys.executable, "-m", "generator", *args], cwd=self.work, capture_output=True,
-                              text=True)
+                              text=True, env=env)
         assert proc.returncode == 0, f"python -m generator {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}"
         return proc.stdout
 
@@ -202,3 +206,36 @@ class Harness:
 
     def rendered(self, env: str, app: str) -> list[dict]:
         return [yaml.safe_load(p.read_text()) for p in sorted((self.work / "apps" / env / app).glob("*.yaml"))]
+
+
+class BootstrapWatch:
+    """Polls Argo CD every 2 s from the bootstrap on: when each Application was first seen Healthy, and when each
+    ApplicationSet first appeared (their creationTimestamp), on the API server's clock."""
+
+    def __init__(self, harness: "Harness"):
+        self.harness = harness
+        self.first_healthy: dict[str, str] = {}
+        self.appsets_created: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="bootstrap-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(2):
+            try:
+                for app in self.harness.apps():
+                    health = (app.get("status") or {}).get("health") or {}
+                    name = app["metadata"]["name"]
+                    if health.get("status") == "Healthy" and name not in self.first_healthy:
+                        self.first_healthy[name] = health.get("lastTransitionTime") or ""
+                for appset in self.harness.appsets():
+                    self.appsets_created.setdefault(appset["metadata"]["name"],
+                                                    appset["metadata"]["creationTimestamp"])
+            except Exception:  # noqa: BLE001 - a failed poll is retried; the assertions say what is missing
+                continue

@@ -81,3 +81,19 @@ def test_every_app_synced_and_healthy(e2e, bootstrapped, env):
                 problems.append(e2e.describe(app))
         return not problems, "; ".join(problems)
     wait_for(jobs_running, BOOTSTRAP_TIMEOUT, 5, f"the {env} job applications were not Synced with their job running")
+
+
+@pytest.mark.parametrize("env", nodes.environments())
+def test_workloads_come_after_their_operators_are_healthy(e2e, bootstrapped, env):
+    """The root's sync waves order CRDs -> operators -> workloads for real: the environment's ApplicationSet (the
+    workloads) is created only once the CRD and operator Applications are Healthy."""
+    operators = [f"{env}-kuberay-crds", f"{env}-kuberay-operator", f"{env}-training-operator"]
+
+    def check():
+        missing = [n for n in operators if not bootstrapped.first_healthy.get(n)]
+        created = bootstrapped.appsets_created.get(env)
+        return (not missing and created is not None), f"not yet Healthy: {missing}; ApplicationSet {env}: {created}"
+    wait_for(check, BOOTSTRAP_TIMEOUT, 3, f"the {env} operators and workloads")
+    created = bootstrapped.appsets_created[env]
+    late = {n: bootstrapped.first_healthy[n] for n in operators if bootstrapped.first_healthy[n] > created}
+    assert not late, f"ApplicationSet {env} was created at {created}, before these were Healthy: {late}"

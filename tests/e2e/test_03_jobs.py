@@ -16,7 +16,7 @@ from tests.e2e.harness import KUBEFLOW, RAY, wait_for
 
 ENVS = nodes.environments()
 FAILING = {("eks", "cifar10-torch")}
-WATCH_SECONDS = 150
+WATCH_SECONDS = 120
 SHORT_TTL = 30
 
 

@@ -30,18 +30,27 @@ def _images(pod) -> set[str]:
     return {c.image for c in pod.spec.containers}
 
 
+def _rendered_runs(e2e, env) -> set[str]:
+    """The job resources (RayJob / PyTorchJob names: <job>-<hash>) the checkout renders for an environment."""
+    return {doc["metadata"]["name"] for app in (e2e.work / "apps" / env).glob("job-*")
+            for doc in e2e.rendered(env, app.name) if doc["kind"] in ("RayJob", "PyTorchJob")}
+
+
 @pytest.fixture(scope="module")
 def bumped(e2e, bootstrapped):
-    """Before: the standing clusters' pods and the jobs; then bump-image, commit, push."""
+    """Before: the standing clusters' pods, the jobs, the rendered runs; then bump-image, commit, push. A job whose
+    rendered output changed (it runs the training image) must become a new run; one that did not (the torchrun
+    job has its own image) must stay as it is."""
     before = {}
     for env in ENVS:
-        for env_ in [env]:
-            e2e.wait_synced_healthy(env_, 420, names={f"{env_}-ray-cluster"})
+        e2e.wait_synced_healthy(env, 420, names={f"{env}-ray-cluster"})
         name = e2e.env_doc(env)["rayCluster"]["name"]
         before[env] = {"cluster": name,
                        "pods": {p.metadata.uid for p in _cluster_pods(e2e, env, name)},
-                       "jobs": _jobs(e2e, env)}
+                       "jobs": _jobs(e2e, env), "rendered": _rendered_runs(e2e, env)}
     out = e2e.generator("bump-image", "--tag", NEW_TAG)
+    for env in ENVS:
+        before[env]["changed"] = before[env]["rendered"] - _rendered_runs(e2e, env)
     e2e.push(f"e2e: make bump-image TAG={NEW_TAG}")
     return before, out
 
@@ -70,20 +79,23 @@ def test_standing_cluster_pods_are_recreated_with_the_new_image(e2e, bumped, env
 @pytest.mark.parametrize("env", ENVS)
 def test_a_changed_job_is_a_new_run_and_the_old_one_is_pruned(e2e, bumped, env):
     before, _ = bumped
-    old = before[env]["jobs"]
-    assert old, f"no job in {env}"
+    old, changed = before[env]["jobs"], before[env]["changed"]
+    assert changed, f"bump-image changed no job of {env}"
 
     def check():
         now = _jobs(e2e, env)
         problems = []
-        still = sorted(set(old) & set(now))
+        still = sorted(set(changed) & set(now))
         if still:
             problems.append(f"old runs not pruned: {still}")
-        for name, old_job in old.items():
+        for name in changed:
             stem = name.rsplit("-", 1)[0]
             new = [n for n in now if n.rsplit("-", 1)[0] == stem and n not in old]
             if len(new) != 1:
                 problems.append(f"{stem}: new runs {new}")
+        for name in set(old) - changed:  # unchanged: the same object, no new run
+            if name not in now or now[name]["obj"]["metadata"]["uid"] != old[name]["obj"]["metadata"]["uid"]:
+                problems.append(f"{name} did not change but was replaced")
         return not problems, "; ".join(problems)
     wait_for(check, 300, 5, f"{env}'s changed jobs did not become new runs")
 
@@ -97,10 +109,13 @@ def test_job_applications_finish_syncing_while_the_new_run_trains(e2e, bumped, e
     def check():
         problems = []
         jobs = _jobs(e2e, env)
+        changed_stems = {n.rsplit("-", 1)[0] for n in before[env]["changed"]}
         for app in e2e.env_apps(env):
             if "-job-" not in app["metadata"]["name"]:
                 continue
             stem = app["metadata"]["name"].split("-job-", 1)[1]
+            if stem not in changed_stems:
+                continue
             running = [j for n, j in jobs.items() if n.rsplit("-", 1)[0] == stem and n not in before[env]["jobs"]
                        and not _finished(j)]
             op = (app.get("status") or {}).get("operationState") or {}
