@@ -10,6 +10,7 @@ import time
 import pytest
 
 from e2e import cli, state
+from tests.e2e import scenarios
 from tests.e2e.harness import BootstrapWatch, Harness
 
 HERE = os.path.dirname(__file__)
@@ -72,6 +73,18 @@ def bootstrapped(e2e):
     watch.start()
     yield watch
     watch.stop()
+
+
+@pytest.fixture(scope="session")
+def finished(e2e, bootstrapped):
+    """Every job of every environment ended once: ({(env, kind, name): object}, [what did not end])."""
+    return scenarios.finish_all(e2e)
+
+
+@pytest.fixture(scope="session")
+def quiet(e2e, finished):
+    """One watched window after the jobs ended (tests/e2e/scenarios.py quiet_window)."""
+    return scenarios.quiet_window(e2e, finished[0])
 
 
 def pytest_sessionfinish(session, exitstatus):
