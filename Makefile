@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e
+.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose retry watch
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -80,6 +80,32 @@ e2e-down: ## stop the e2e cluster (idempotent; nothing left running)
 
 e2e: setup setup-e2e ## the e2e scenarios on a fresh e2e cluster, torn down after (E2E_KEEP=1 keeps it; ARGS=-k ...)
 	@$(PY) -m e2e run -- $(ARGS)
+
+# Day two (python -m ops): against the clusters the environments name (target.context; KUBECONFIG as kubectl reads it).
+OPS := $(PY) -m ops
+NEED_JOB = @test -n "$(JOB)" || { echo "usage: make $@ JOB=<job> [ENV=<environment>]"; exit 2; }
+
+bootstrap: setup-base ## first deploy of ENV: check Argo CD, apply argocd/root.yaml, wait until Synced and Healthy
+	@$(OPS) bootstrap $(ENV_FLAG) $(if $(TIMEOUT),--timeout $(TIMEOUT))
+
+status: setup-base ## apps, Ray clusters, jobs, checkpoint claim per environment (ENV=, JOB=, JSON=1)
+	@$(OPS) status $(ENV_FLAG) $(if $(JOB),--job $(JOB)) $(if $(JSON),--json)
+
+logs: setup-base ## a job's output by pod (JOB=..., ENV=..., FOLLOW=1 to follow to the end, TAIL=N)
+	$(NEED_JOB)
+	@$(OPS) logs $(ENV_FLAG) --job $(JOB) $(if $(FOLLOW),--follow) $(if $(TAIL),--tail $(TAIL))
+
+diagnose: setup-base ## classify a failed or stuck job: evidence line and the value that fixes it (JOB=..., JSON=1)
+	$(NEED_JOB)
+	@$(OPS) diagnose $(ENV_FLAG) --job $(JOB) $(if $(JSON),--json)
+
+retry: setup-base ## new run of JOB through git: bump its run counter, render, commit (PUSH=1 pushes; REASON=...)
+	$(NEED_JOB)
+	@$(OPS) retry $(ENV_FLAG) --job $(JOB) $(if $(PUSH),--push) $(if $(REASON),--reason "$(REASON)")
+
+watch: setup-base ## follow JOB to its end; AUTO_RETRY=N retries retryable failures through git (at most N)
+	$(NEED_JOB)
+	@$(OPS) watch $(ENV_FLAG) --job $(JOB) $(if $(AUTO_RETRY),--auto-retry $(AUTO_RETRY))
 
 bench-render: setup-base ## time rendering: helm vs generator overhead, and 200 jobs x 4 environments
 	@$(PY) -m generator.bench

@@ -1,7 +1,7 @@
 """Argo CD v3.5.1 on the e2e management cluster: its CRDs, ConfigMaps and Secrets from the pinned install.yaml,
-the `default` AppProject (argocd-server creates it on a real install; the server is not run here), and the three
-controllers as processes (application-controller, repo-server, applicationset-controller) with Debian's
-redis-server for their cache.
+the `default` AppProject (argocd-server creates it on a real install; the server is not run here), and the
+controllers as processes (application-controller, repo-server, applicationset-controller, notifications) with
+Debian's redis-server for their cache.
 
 The controllers run with the management cluster's admin credentials; `ARGOCD_FAKE_IN_CLUSTER=true` makes the
 in-cluster destination (https://kubernetes.default.svc) that cluster, as it is for an Argo CD installed in it.
@@ -115,3 +115,6 @@ class ArgoCD:
             "--repo-server-plaintext", "--metrics-addr", f"127.0.0.1:{free_port()}",
             "--probe-addr", f"127.0.0.1:{free_port()}", "--webhook-addr", f"127.0.0.1:{free_port()}",
             "--enable-leader-election=false", *common], env=env, cwd=self.directory)
+        sup.start("argocd-notifications", [
+            bins["argocd-notifications"], "--namespace", NAMESPACE, "--argocd-repo-server", repo_addr,
+            "--argocd-repo-server-plaintext", "--metrics-port", free_port(), *common], env=env, cwd=self.directory)

@@ -79,7 +79,7 @@ COMPONENTS = [
               ldflags=("-X github.com/argoproj/argo-cd/v3/common.version={bare}",
                        "-X github.com/argoproj/argo-cd/v3/common.gitTreeState=clean"),
               aliases={"argocd-application-controller": "argocd", "argocd-repo-server": "argocd",
-                       "argocd-applicationset-controller": "argocd"},
+                       "argocd-applicationset-controller": "argocd", "argocd-notifications": "argocd"},
               # the Dockerfile copies these into the image's PATH; the repo-server runs them for GPG checks
               module_files={"gpg-wrapper.sh": "hack/gpg-wrapper.sh",
                             "git-verify-wrapper.sh": "hack/git-verify-wrapper.sh"}),
@@ -224,6 +224,9 @@ def build(names: list[str] | None = None, cache: Path = DEFAULT_CACHE, out=sys.s
         directory = build_one(component, cache, out)
         if not was_built:
             BUILT_NOW[component.name] = time.monotonic() - start
+        for alias, binary in component.aliases.items():  # an alias added after the build: a name, not a build
+            if not (directory / alias).is_symlink():
+                (directory / alias).symlink_to(binary)
         for binary in [*component.binaries, *component.aliases]:
             paths[binary] = directory / binary
     if BUILT_NOW:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from . import kwok_stages, pki
+from . import kube, kwok_stages, pki, pod_logs
 from .procs import Supervisor, free_port, wait_until
 
 ARGOCD_MANAGER = "argocd-manager"  # the identity Argo CD uses on a remote cluster, as `argocd cluster add` names it
@@ -105,21 +105,24 @@ class Cluster:
             "--profiling=false", "--v=1",
         ])
         wait_until(lambda: self.ready(), 120, 0.5, f"the {self.env} API server to be ready")
-        kube = ["--kubeconfig", self.kubeconfig, "--leader-elect=false", "--secure-port=0"]
+        common = ["--kubeconfig", self.kubeconfig, "--leader-elect=false", "--secure-port=0"]
         sup.start(f"{self.env}-kube-controller-manager", [
-            bins["kube-controller-manager"], *kube,
+            bins["kube-controller-manager"], *common,
             f"--service-account-private-key-file={self.sa.key}", f"--root-ca-file={self.ca.pair.cert}",
             "--use-service-account-credentials=false", "--controllers=*", f"--cluster-name={self.env}",
             "--v=1",
         ])
-        sup.start(f"{self.env}-kube-scheduler", [bins["kube-scheduler"], *kube, "--v=1"])
+        sup.start(f"{self.env}-kube-scheduler", [bins["kube-scheduler"], *common, "--v=1"])
+        # kwok serves pod logs from files its Logs objects name (e2e.pod_logs): its CRD first.
+        kube.apply(self.kubeconfig, self.context, pod_logs.crd_text())
+        kube.wait_established(self.kubeconfig, self.context, [pod_logs.CRD_NAME], timeout=120)
         sup.start(f"{self.env}-kwok", [
             bins["kwok"], "--kubeconfig", self.kubeconfig, "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={kwok_stages.NODE_ANNOTATION}=fake",
             "--node-ip=127.0.0.1", f"--node-port={self.kwok_port}",
             f"--server-address=127.0.0.1:{self.kwok_port}",
             f"--tls-cert-file={self.kwok_serving.cert}", f"--tls-private-key-file={self.kwok_serving.key}",
-            f"--cidr=10.{244 - self.index}.0.1/16", "--node-lease-duration-seconds=40", "--config", stages,
+            f"--cidr=10.{244 - self.index}.0.1/16", "--node-lease-duration-seconds=40", "--config", stages, "--enable-crds=Logs",
         ])
 
     def ready(self) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ops.bootstrap import NOTIFICATIONS_SECRET, notifications_keys, referenced_secrets
+
 from . import kube, remotes, world
 
 ARGOCD_NS = "argocd"
@@ -20,35 +22,10 @@ def work_dir(current: dict) -> Path:
     return Path(current["git"]["work"])
 
 
-def referenced_secrets(apps_env_dir: Path) -> dict[tuple[str, str], set[str]]:
-    """{(namespace, Secret name): keys} the rendered workloads of an environment read from Secrets that are made out
-    of git (README: every credential): env secretKeyRefs, and Ray token auth (authOptions.secretName, key
-    auth_token, which KubeRay reads to call the dashboard)."""
-    import yaml
-    found: dict[tuple[str, str], set[str]] = {}
-
-    def walk(node, namespace):
-        if isinstance(node, dict):
-            ref = node.get("secretKeyRef")
-            if isinstance(ref, dict) and ref.get("name") and ref.get("key"):
-                found.setdefault((namespace, ref["name"]), set()).add(ref["key"])
-            auth = node.get("authOptions")
-            if isinstance(auth, dict) and auth.get("mode") == "token" and auth.get("secretName"):
-                found.setdefault((namespace, auth["secretName"]), set()).add("auth_token")
-            for value in node.values():
-                walk(value, namespace)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value, namespace)
-    for path in sorted(apps_env_dir.glob("*/*.yaml")):
-        doc = yaml.safe_load(path.read_text()) or {}
-        walk(doc, (doc.get("metadata") or {}).get("namespace", "default"))
-    return found
-
-
 def create_prerequisite_secrets(current: dict) -> list[str]:
     """What a user does before bootstrapping (out of git): the Secrets the workloads reference, here with random
-    values, in each environment's namespace on its cluster. Returns what it created."""
+    values, in each environment's namespace on its cluster, and the notifications credentials in Argo CD's
+    argocd-notifications-secret (which Argo CD's install creates empty). Returns what it created."""
     import secrets as token
     created = []
     for env, cluster in current["clusters"].items():
@@ -60,6 +37,14 @@ def create_prerequisite_secrets(current: dict) -> list[str]:
                                check=False)
             if out:
                 created.append(f"{env}: {namespace}/{name} ({', '.join(sorted(keys))})")
+    kubeconfig, context = management(current)
+    for env in current["clusters"]:
+        keys = notifications_keys(work_dir(current) / "argocd", env)
+        if keys:
+            patch = json.dumps({"stringData": {key: token.token_hex(16) for key in keys}})
+            kube.kubectl(kubeconfig, context, "-n", ARGOCD_NS, "patch", "secret", NOTIFICATIONS_SECRET, "--type",
+                         "merge", "-p", patch)
+            created.append(f"{env}: {ARGOCD_NS}/{NOTIFICATIONS_SECRET} ({', '.join(keys)})")
     return created
 
 

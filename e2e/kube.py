@@ -51,8 +51,15 @@ def wait_established(kubeconfig: Path, context: str, crds: list[str], timeout: f
     from .procs import wait_until
 
     def established():
-        out = kubectl(kubeconfig, context, "get", *[f"crd/{c}" for c in crds], "-o",
-                      "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Established')].status} {end}",
-                      check=False)
-        return out.split() == ["True"] * len(crds)
+        import json
+        out = kubectl(kubeconfig, context, "get", *[f"crd/{c}" for c in crds], "-o", "json", check=False)
+        try:
+            doc = json.loads(out or "{}")
+        except ValueError:
+            return False
+        items = doc.get("items", [doc]) if doc.get("kind") == "List" else [doc]  # one name: the object itself
+        ready = {i.get("metadata", {}).get("name") for i in items
+                 if any(c.get("type") == "Established" and c.get("status") == "True"
+                        for c in (i.get("status") or {}).get("conditions") or [])}
+        return ready >= set(crds)
     wait_until(established, timeout, 0.5, f"CRDs {', '.join(crds)} to be established")

@@ -3,8 +3,12 @@
 Upstream's own stages, read from the kwok module at the pinned version (node-initialize, node heartbeat with a
 lease, pod-ready, pod-delete), plus two of ours that end a pod on demand: annotate a running pod with
 `e2e.ray-gitops.io/exit-code: "0"` and it Succeeds; any other code and it Fails (reason and message from
-`e2e.ray-gitops.io/reason` / `.../message`, e.g. OOMKilled). Upstream's pod-complete stage is left out on purpose:
-it completes every pod a Job owns at once, and the RayJob submitter is such a pod.
+`e2e.ray-gitops.io/reason` / `.../message`, e.g. OOMKilled). And one that holds a pod's containers waiting, as a
+kubelet does when it cannot pull the image: annotate a pod with `e2e.ray-gitops.io/waiting-reason: ErrImagePull`
+(message from `e2e.ray-gitops.io/message`) and it is Pending, not ready, its containers waiting with that reason;
+remove the annotation and upstream's pod-ready stage runs it (its selector gains one expression: not while held).
+Upstream's pod-complete stage is left out on purpose: it completes every pod a Job owns at once, and the RayJob
+submitter is such a pod.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ NODE_ANNOTATION = "kwok.x-k8s.io/node"
 EXIT_CODE = "e2e.ray-gitops.io/exit-code"
 REASON = "e2e.ray-gitops.io/reason"
 MESSAGE = "e2e.ray-gitops.io/message"
+WAITING = "e2e.ray-gitops.io/waiting-reason"
 
 UPSTREAM = ("node/fast/node-initialize.yaml", "node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
             "pod/fast/pod-ready.yaml", "pod/fast/pod-delete.yaml")
@@ -82,9 +87,73 @@ spec:
 """
 
 
+HOLD_STAGE = f"""apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: e2e-pod-waiting
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Pending', 'Running']
+    - key: '.metadata.annotations["{WAITING}"]'
+      operator: 'Exists'
+    - key: '.status.containerStatuses.[].state.waiting.reason'
+      operator: 'DoesNotExist'
+  weight: 10000
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $annotations := or .metadata.annotations dict }}}}
+      {{{{ $reason := index $annotations "{WAITING}" }}}}
+      {{{{ $message := or ( index $annotations "{MESSAGE}" ) "" }}}}
+      conditions:
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        type: Ready
+        reason: ContainersNotReady
+      - lastTransitionTime: {{{{ $now | Quote }}}}
+        status: "False"
+        type: ContainersReady
+        reason: ContainersNotReady
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - image: {{{{ .image | Quote }}}}
+        name: {{{{ .name | Quote }}}}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          waiting:
+            reason: {{{{ $reason | Quote }}}}
+            message: {{{{ $message | Quote }}}}
+      {{{{ end }}}}
+      phase: Pending
+"""
+
+# pod-ready leaves a held pod alone: appended to its selector's expressions.
+NOT_HELD = f"""    - key: '.metadata.annotations["{WAITING}"]'
+      operator: 'DoesNotExist'
+"""
+
+
+def _not_held(stage: str) -> str:
+    head, sep, tail = stage.partition("  next:\n")
+    if not sep or "matchExpressions:" not in head:
+        raise ValueError("upstream's pod-ready stage changed shape: no selector before next")
+    return head + NOT_HELD + sep + tail
+
+
 def write(path: Path, module_dir: Path | None = None) -> Path:
     stage_dir = (module_dir or kwok_module_dir()) / "kustomize" / "stage"
     docs = [(stage_dir / rel).read_text() for rel in UPSTREAM]
-    docs += [_finish_stage("e2e-pod-succeed", True), _finish_stage("e2e-pod-fail", False)]
+    docs = [_not_held(doc) if rel.endswith("pod-ready.yaml") else doc for rel, doc in zip(UPSTREAM, docs)]
+    docs += [_finish_stage("e2e-pod-succeed", True), _finish_stage("e2e-pod-fail", False), HOLD_STAGE]
     path.write_text("\n---\n".join(doc.strip() + "\n" for doc in docs))
     return path

@@ -10,7 +10,7 @@ submitter runs) waits for the job and exits 0 exactly when it SUCCEEDED:
   Failed -> FAILED, with the container's termination message (kwok: e2e.ray-gitops.io/message);
   no RayJob with that submission id -> 404, as Ray answers for an unknown job;
   a cluster with Ray token auth (authOptions.mode token) answers only a request carrying its token
-  (x-ray-authorization: Bearer <auth_token of the Secret>), else 401, as Ray's token auth does.
+  (x-ray-authorization: Bearer <auth_token of the Secret>): 401 without one, 403 with a wrong one, as Ray's.
 
 Scenarios end a job by ending its submitter pod (e2e.kwok_stages); everything after that is KubeRay's own logic.
 """
@@ -122,30 +122,35 @@ class RayJobAPI:
             if (rayjob.get("status") or {}).get("jobId") == submission_id:
                 refused = self._auth_refused(rayjob, authorization)
                 if refused:
-                    self.log(f"ray job api {self.env}: {submission_id} -> 401 ({refused})")
-                    return 401, f"Unauthorized: {refused}".encode()
+                    status, body, why = refused
+                    self.log(f"ray job api {self.env}: {submission_id} -> {status} ({why})")
+                    return status, body.encode()
                 info = self._info(rayjob)
                 self.log(f"ray job api {self.env}: {submission_id} -> {info['status']}")
                 return 200, info
         return 404, f"Job {submission_id} does not exist".encode()
 
-    def _auth_refused(self, rayjob: dict, authorization: str) -> str | None:
-        """Ray token auth of the job's cluster: None when the request may pass, else why not."""
+    def _auth_refused(self, rayjob: dict, authorization: str) -> tuple[int, str, str] | None:
+        """Ray token auth of the job's cluster: None when the request may pass, else (status, body, why) as Ray
+        2.60's dashboard answers (_private/authentication/http_token_authentication.py): 401 without a token,
+        403 with a wrong one."""
         import base64
 
         from kubernetes.client.rest import ApiException
         auth = ((rayjob.get("spec") or {}).get("rayClusterSpec") or {}).get("authOptions") or {}
         if auth.get("mode") != "token":
             return None
+        if not authorization:
+            return 401, "Unauthorized: Missing authentication token", "no x-ray-authorization header"
         namespace = rayjob["metadata"]["namespace"]
         name = auth.get("secretName") or (rayjob.get("status") or {}).get("rayClusterName", "")
         try:
             data = self.core.read_namespaced_secret(name, namespace).data or {}
         except ApiException:
-            return f"the cluster's auth Secret {namespace}/{name} does not exist"
+            return 403, "Forbidden: Invalid authentication token", f"the auth Secret {namespace}/{name} is gone"
         token = base64.b64decode(data.get("auth_token", "")).decode()
         if not token or authorization != f"Bearer {token}":
-            return "missing or wrong x-ray-authorization token"
+            return 403, "Forbidden: Invalid authentication token", "a wrong token"
         return None
 
     def _info(self, rayjob: dict) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from . import argo, components, controlplane, kube, kwok_stages, nodes, remotes, state, storage, world
+from . import argo, components, controlplane, kube, kwok_stages, nodes, remotes, state, storage, webhook, world
 from .egress import ConnectProxy, ServiceRoutes
 from .operator_pods import OperatorPods
 from .ray_jobs import RayJobAPI
@@ -103,6 +103,9 @@ class Run:
         self.helm_repo = remotes.HelmRepo(self.run_dir / "helm-repo", free_port())
         self.helm_repo.directory.mkdir(parents=True, exist_ok=True)
         self.helm_repo.start()
+        self.receiver = webhook.Receiver(self.run_dir / "notifications.jsonl")
+        self.receiver.start()
+        self.servers.append(self.receiver)
         the_world = self._world(bins, envs)
         published = publish(self.source, self.run_dir / "git", the_world)
         the_world.save(self.run_dir / "world.json")
@@ -128,7 +131,8 @@ class Run:
                                     "ca": str(c.ca.pair.cert)} for env, c in self.clusters.items()},
                     argocd={"namespace": argo.NAMESPACE, "context": management.context,
                             "app_resync_seconds": argo.APP_RESYNC_SECONDS},
-                    git=published, world=the_world.changes, world_file=str(self.run_dir / "world.json"), logs=str(self.run_dir / "logs"),
+                    git=published, world=the_world.changes, world_file=str(self.run_dir / "world.json"),
+                    logs=str(self.run_dir / "logs"), notifications=str(self.receiver.record),
                     components=components.describe())
         self.log("[up] ready")
 
@@ -136,6 +140,8 @@ class Run:
         the_world = world.World()
         repo_url, _revision = world.repo_url(self.source)
         the_world.urls[repo_url] = f"file://{self.run_dir / 'git' / 'ray-gitops.git'}"
+        for service, url in world.webhook_urls(self.source).items():
+            the_world.urls[url] = self.receiver.url(service)
         sources = world.referenced_sources(self.source)
         the_world.urls.update(remotes.build_sources(sources, self.run_dir / "git" / "upstream", self.helm_repo,
                                                     upstream_dir(), bins["helm"]))
@@ -193,6 +199,9 @@ def publish(source: Path, git_dir: Path, the_world: world.World) -> dict:
     sha = remotes.push_tree(work, bare, message=f"e2e: ray-gitops at {head}{dirty}; world map on "
                                                 f"{', '.join(changed) or 'nothing'}")
     remotes.git("remote", "add", "origin", f"file://{bare}", cwd=work)
+    # a user's clone has an identity: `make retry` commits in it
+    remotes.git("config", "user.name", remotes.GIT_ENV["GIT_AUTHOR_NAME"], cwd=work)
+    remotes.git("config", "user.email", remotes.GIT_ENV["GIT_AUTHOR_EMAIL"], cwd=work)
     remotes.git("fetch", "-q", "origin", cwd=work)
     remotes.git("branch", "-q", "--set-upstream-to=origin/main", "main", cwd=work)
     return {"remote": f"file://{bare}", "work": str(work), "commit": sha, "rewritten": changed}

@@ -8,7 +8,8 @@ reach offline, and it rewrites only those, in the copy it pushes to its local gi
 - a remote cluster's endpoint: its `server` becomes the local API server, a `caData` the rendered Secret carries
   becomes that server's CA (a Secret without one stays without), and `awsAuthConfig` (Argo CD runs
   `argocd-k8s-auth aws` to get a token) becomes `execProviderConfig` running `cat` on a file holding the token:
-  the same kind of credential, obtained the same way, with no secret in git.
+  the same kind of credential, obtained the same way, with no secret in git;
+- a notifications webhook's url (in argocd-notifications-cm) becomes the e2e receiver (e2e.webhook).
 
 Everything else (apps/, the ApplicationSets' templates, sync policies, health checks) is what is committed.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 import yaml
 
 CLUSTER_SECRET_LABEL = "argocd.argoproj.io/secret-type"
+NOTIFICATIONS_CM = "argocd-notifications-cm"
 
 
 @dataclass(frozen=True)
@@ -73,10 +75,24 @@ class World:
         data["config"] = json.dumps(config, sort_keys=True)
         return doc
 
+    def _notifications(self, doc: dict, where: str) -> dict:
+        """A webhook service's url (inside the service's YAML text) -> the e2e receiver."""
+        for key, text in sorted((doc.get("data") or {}).items()):
+            if not key.startswith("service.webhook."):
+                continue
+            service = yaml.safe_load(text) or {}
+            if service.get("url") in self.urls:
+                self.changes.append(f"{where}: {key} url {service['url']} -> {self.urls[service['url']]}")
+                service["url"] = self.urls[service["url"]]
+                doc["data"][key] = yaml.safe_dump(service, sort_keys=True)
+        return doc
+
     def rewrite_doc(self, doc: dict, where: str) -> dict:
         labels = (doc.get("metadata") or {}).get("labels") or {}
         if doc.get("kind") == "Secret" and labels.get(CLUSTER_SECRET_LABEL) == "cluster":
             doc = self._cluster_secret(doc, where)
+        if doc.get("kind") == "ConfigMap" and (doc.get("metadata") or {}).get("name") == NOTIFICATIONS_CM:
+            doc = self._notifications(doc, where)
         return self._walk(doc, where)
 
     def rewrite_file(self, path: Path, display: str) -> bool:
@@ -167,3 +183,13 @@ def cluster_servers(repo: Path) -> dict[str, str]:
         if env:
             out[env] = doc["stringData"]["server"]
     return out
+
+
+def webhook_urls(repo: Path) -> dict[str, str]:
+    """{service name: url} of the notifications webhooks the rendered Argo CD layer configures."""
+    path = repo / "argocd" / "managed" / f"configmap-{NOTIFICATIONS_CM}.yaml"
+    if not path.is_file():
+        return {}
+    data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
+    return {key.split(".", 2)[2]: (yaml.safe_load(text) or {}).get("url", "")
+            for key, text in data.items() if key.startswith("service.webhook.")}

@@ -7,6 +7,8 @@
     configmap-argocd-cm.yaml               (-30) health checks for ray.io and kubeflow.org kinds, and for
                                                  argoproj.io Applications (Lua, from
                                                  argocd/resource_customizations/<group>/<Kind>/health.lua)
+    configmap-argocd-notifications-cm.yaml (-30) notifications: triggers, templates, a service per environment
+                                                 with gitops.notifications (generator/notifications.py)
     appproject-<env>.yaml                  (-20) least privilege: this repo and the pinned upstream repos, the
                                                  environment's cluster and namespaces, the kinds apps/<env> renders
     secret-cluster-<env>.yaml              (-20) the environment's cluster (server, CA), labelled for the
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import manifests
+from . import manifests, notifications
 from .errors import RenderError
 from .environments import Environment
 
@@ -106,6 +108,12 @@ def health_configmap(root: Path) -> dict:
             "metadata": {**_meta("argocd-cm", wave=-30),
                          "labels": {"app.kubernetes.io/name": "argocd-cm", "app.kubernetes.io/part-of": "argocd"}},
             "data": data}
+
+
+def notifications_configmap(envs: list[Environment]) -> dict:
+    name = notifications.NAME
+    return notifications.configmap(envs, {**_meta(name, wave=-30), "labels": {"app.kubernetes.io/name": name,
+                                                                              "app.kubernetes.io/part-of": "argocd"}})
 
 
 def rendered_kinds(apps_env_dir: Path) -> set:
@@ -290,7 +298,8 @@ def render(root: Path, envs: list[Environment], apps_dir: Path) -> dict:
     ops = gitops(envs)
     repo_url, revision = ops.get("repoURL", ""), ops.get("targetRevision", "main")
     files = {"root.yaml": manifests.dump(root_application(repo_url, revision), HEADER),
-             "managed/configmap-argocd-cm.yaml": manifests.dump(health_configmap(root), HEADER)}
+             "managed/configmap-argocd-cm.yaml": manifests.dump(health_configmap(root), HEADER),
+             "managed/configmap-argocd-notifications-cm.yaml": manifests.dump(notifications_configmap(envs), HEADER)}
     for env in envs:
         docs = [project(env, rendered_kinds(apps_dir / env.name), repo_url), cluster_secret(env),
                 *operator_applications(env),

@@ -20,7 +20,8 @@ VARIANT = re.compile(r"^(?P<version>.+?)-(?P<variant>cpu|gpu|efa)$")
 TAG_OK = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
-def _yaml() -> YAML:
+def round_trip_yaml() -> YAML:
+    """The ruamel settings every environment file round-trips with byte for byte (comments, quoting, layout)."""
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     yaml.width = 4096
@@ -39,7 +40,7 @@ def new_tag(old: str, tag: str) -> str:
 
 def bump_file(path: Path, tag: str) -> tuple[str, str] | None:
     """Set the tag in one file; returns (old, new) or None when the file sets no image tag."""
-    yaml = _yaml()
+    yaml = round_trip_yaml()
     text = path.read_text()
     doc = yaml.load(text)
     image = ((doc or {}).get("cluster") or {}).get("image") or {}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from e2e import cli, state
+from e2e import cli, gitops, state
 from tests.e2e import scenarios
 from tests.e2e.harness import BootstrapWatch, Harness
 
@@ -66,13 +66,20 @@ def _record(harness: Harness) -> None:
 
 @pytest.fixture(scope="session")
 def bootstrapped(e2e):
-    """argocd/root.yaml applied once; a watch records, from then on, when each Application was first Healthy and
-    when each ApplicationSet appeared (the order the root's sync waves make)."""
+    """The README's first deploy, as a user makes it: the Secrets made out of git (the ones `make bootstrap` names
+    when missing), then `make bootstrap ENV=<env>` for every environment at once (python -m ops bootstrap: it
+    applies argocd/root.yaml and follows the environment's Applications until they are Synced and Healthy). A
+    watch records, from then on, when each Application was first Healthy and when each ApplicationSet appeared
+    (the order the root's sync waves make); `watch.bootstraps` holds the bootstrap commands, still running."""
     watch = BootstrapWatch(e2e)
-    e2e.bootstrap()
     watch.start()
+    gitops.create_prerequisite_secrets(e2e.current)
+    watch.bootstraps = {env: e2e.ops_background(f"bootstrap-{env}", "bootstrap", "--env", env, "--timeout", "600")
+                        for env in e2e.envs}
     yield watch
     watch.stop()
+    for run in watch.bootstraps.values():
+        run.stop()
 
 
 @pytest.fixture(scope="session")

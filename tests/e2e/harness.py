@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e import gitops, kube, world
+from e2e import gitops, kube, kwok_stages, pod_logs, world
 
 # the checkout the e2e cluster publishes (python -m e2e run --source; default: this one)
 ROOT = Path(os.environ.get("E2E_SOURCE", Path(__file__).resolve().parents[2]))
@@ -113,11 +113,25 @@ class Harness:
 
     def finish_pod(self, env: str, pod, exit_code: int, reason: str = "", message: str = "") -> None:
         """Make kwok end a running pod with this exit code (e2e.kwok_stages)."""
-        annotations = {"e2e.ray-gitops.io/exit-code": str(exit_code)}
+        annotations = {kwok_stages.EXIT_CODE: str(exit_code)}
         if reason:
-            annotations["e2e.ray-gitops.io/reason"] = reason
+            annotations[kwok_stages.REASON] = reason
         if message:
-            annotations["e2e.ray-gitops.io/message"] = message
+            annotations[kwok_stages.MESSAGE] = message
+        self.core(env).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                            {"metadata": {"annotations": annotations}})
+
+    def print_to_log(self, env: str, pod, lines: list[str], container: str | None = None) -> None:
+        """The pod prints these lines (kwok serves them as its log: e2e.pod_logs)."""
+        containers = [c.name for c in pod.spec.containers]
+        pod_logs.write(self.custom(env), Path(self.current["clusters"][env]["kubeconfig"]).parent,
+                       pod.metadata.namespace, pod.metadata.name, containers, {container or containers[0]: lines})
+
+    def hold_pod(self, env: str, pod, reason: str, message: str = "") -> None:
+        """Make kwok hold the pod's containers waiting with this reason (e.g. ErrImagePull), as a kubelet would."""
+        annotations = {kwok_stages.WAITING: reason}
+        if message:
+            annotations[kwok_stages.MESSAGE] = message
         self.core(env).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
                                             {"metadata": {"annotations": annotations}})
 
@@ -207,6 +221,57 @@ class Harness:
     def rendered(self, env: str, app: str) -> list[dict]:
         return [yaml.safe_load(p.read_text()) for p in sorted((self.work / "apps" / env / app).glob("*.yaml"))]
 
+    # --- day two, as `make bootstrap / status / logs / diagnose / retry / watch` run it ------------------------
+    def ops_command(self, *args: str) -> tuple[list[str], dict]:
+        """python -m ops against the published checkout (--repo) and the e2e clusters (--kubeconfig)."""
+        from generator import helm
+        env = {**os.environ, "HELM": helm.binary(Path(__file__).resolve().parents[2]), "PYTHONUNBUFFERED": "1"}
+        return [sys.executable, "-m", "ops", "--repo", str(self.work), "--kubeconfig", str(self.kubeconfig),
+                *args], env
+
+    def ops(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        cmd, env = self.ops_command(*args)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                              cwd=Path(__file__).resolve().parents[2])
+
+    def ops_background(self, name: str, *args: str) -> "Background":
+        cmd, env = self.ops_command(*args)
+        return Background(name, cmd, env, Path(self.current["logs"]))
+
+
+class Background:
+    """A command running while a scenario goes on; its output goes to a file under the run's logs."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict, logs: Path):
+        logs.mkdir(parents=True, exist_ok=True)
+        self.name, self.cmd = name, cmd
+        self.path = logs / f"ops-{name}.log"
+        self._out = open(self.path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self._out, stderr=subprocess.STDOUT, env=env, text=True,
+                                     cwd=Path(__file__).resolve().parents[2])
+
+    @property
+    def output(self) -> str:
+        return self.path.read_text()
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise Timeout(f"after {timeout:.0f} s, `{' '.join(self.cmd[2:])}` had not ended; its output:\n"
+                          f"{self.output[-3000:]}") from None
+        finally:
+            self._out.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._out.close()
+
 
 class BootstrapWatch:
     """Polls Argo CD every 2 s from the bootstrap on: when each Application was first seen Healthy, and when each
@@ -216,6 +281,7 @@ class BootstrapWatch:
         self.harness = harness
         self.first_healthy: dict[str, str] = {}
         self.appsets_created: dict[str, str] = {}
+        self.bootstraps: dict = {}  # env -> the `make bootstrap` command (Background) when the fixture ran one
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="bootstrap-watch", daemon=True)
 

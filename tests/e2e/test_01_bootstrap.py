@@ -97,3 +97,30 @@ def test_workloads_come_after_their_operators_are_healthy(e2e, bootstrapped, env
     created = bootstrapped.appsets_created[env]
     late = {n: bootstrapped.first_healthy[n] for n in operators if bootstrapped.first_healthy[n] > created}
     assert not late, f"ApplicationSet {env} was created at {created}, before these were Healthy: {late}"
+
+
+@pytest.mark.parametrize("env", nodes.environments())
+def test_make_bootstrap_follows_the_environment_until_settled_and_names_the_dashboard(e2e, bootstrapped, env):
+    """`make bootstrap ENV=<env>` (python -m ops bootstrap) was the bootstrap: it applied argocd/root.yaml, showed
+    each Application of the environment as Argo CD moved it, ended 0 once all were Synced and Healthy (a job's app:
+    Synced with its job running), and printed where the standing cluster's Ray dashboard is."""
+    run = bootstrapped.bootstraps[env]
+    rc = run.wait(BOOTSTRAP_TIMEOUT + 120)
+    out = run.output
+    assert rc == 0, f"make bootstrap ENV={env} ended {rc}:\n{out[-3000:]}"
+    assert "application.argoproj.io/ray-gitops serverside-applied" in out, out[:2000]
+    progress = [line for line in out.splitlines() if line.startswith("[") and "ready)" in line]
+    assert progress, f"no progress lines:\n{out[-2000:]}"
+    for app in e2e.expected_apps(env):
+        assert any(f" {app} " in line for line in progress), f"{app} never shown in the progress:\n{out[-3000:]}"
+    total = len(e2e.expected_apps(env))
+    assert f"({total}/{total} ready)" in out, out[-2000:]
+    doc = e2e.env_doc(env)
+    cluster = doc["rayCluster"]["name"]
+    service = ((doc["rayCluster"].get("values") or {}).get("dashboardService") or {})
+    dashboard = next((line for line in out.splitlines() if line.startswith(f"Ray dashboard of {cluster}:")), None)
+    assert dashboard, f"no dashboard line for {cluster}:\n{out[-2000:]}"
+    if service.get("enabled") and service.get("type") == "NodePort":
+        assert dashboard.endswith(f":{service['nodePorts']['dashboard']}"), dashboard
+    else:
+        assert f"port-forward svc/{cluster}-head-svc 8265:8265" in dashboard, dashboard

@@ -13,7 +13,7 @@ def test_round_trip_without_a_change_is_byte_for_byte(tmp_path):
     import io
 
     for path in sorted((REPO / "environments").glob("*.yaml")):
-        yaml_rt = bump_image._yaml()
+        yaml_rt = bump_image.round_trip_yaml()
         out = io.StringIO()
         yaml_rt.dump(yaml_rt.load(path.read_text()), out)
         assert out.getvalue() == path.read_text(), path.name

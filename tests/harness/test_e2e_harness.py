@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 import pytest
 import yaml
 
-from e2e import components, egress, gitops, kwok_stages, nodes, procs, ray_jobs, world
+from e2e import components, egress, kwok_stages, nodes, procs, ray_jobs, world
 from tests.conftest import REPO
 
 EKS_SERVER = "https://eks-training.example.internal"
@@ -163,18 +163,69 @@ def test_ray_job_api_answers_as_the_submitter_pod_ended(pods, status):
         assert info["message"] == "boom" and info["end_time"] > 0
 
 
-def test_kwok_stages_end_pods_on_demand(tmp_path):
+POD_READY = """apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+  next:
+    statusTemplate: |
+      phase: Running
+"""
+
+
+def test_kwok_stages_end_pods_on_demand_and_hold_them_waiting(tmp_path):
     module_dir = tmp_path / "kwok"
     for rel in kwok_stages.UPSTREAM:
         (module_dir / "kustomize/stage" / rel).parent.mkdir(parents=True, exist_ok=True)
-        (module_dir / "kustomize/stage" / rel).write_text(f"kind: Stage\nmetadata: {{name: {rel}}}\n")
+        text = POD_READY if rel.endswith("pod-ready.yaml") else f"kind: Stage\nmetadata: {{name: {rel}}}\n"
+        (module_dir / "kustomize/stage" / rel).write_text(text)
     path = kwok_stages.write(tmp_path / "stages.yaml", module_dir)
     docs = list(yaml.safe_load_all(path.read_text()))
     ours = {d["metadata"]["name"]: d for d in docs if d["metadata"]["name"].startswith("e2e-")}
-    assert set(ours) == {"e2e-pod-succeed", "e2e-pod-fail"}
+    assert set(ours) == {"e2e-pod-succeed", "e2e-pod-fail", "e2e-pod-waiting"}
     assert "phase: Succeeded" in ours["e2e-pod-succeed"]["spec"]["next"]["statusTemplate"]
     assert "phase: Failed" in ours["e2e-pod-fail"]["spec"]["next"]["statusTemplate"]
+    held = ours["e2e-pod-waiting"]["spec"]
+    assert "phase: Pending" in held["next"]["statusTemplate"] and "waiting:" in held["next"]["statusTemplate"]
+    assert {"key": f'.metadata.annotations["{kwok_stages.WAITING}"]', "operator": "Exists"} in \
+        held["selector"]["matchExpressions"]
+    ready = next(d for d in docs if d["metadata"]["name"] == "pod-ready")
+    assert ready["spec"]["selector"]["matchExpressions"][-1] == {
+        "key": f'.metadata.annotations["{kwok_stages.WAITING}"]', "operator": "DoesNotExist"}
+    assert ready["spec"]["next"]["statusTemplate"] == "phase: Running\n"
     assert not any("pod-complete" in d["metadata"]["name"] for d in docs)  # it would complete every Job's pod
+
+
+def test_pod_logs_are_cri_lines_in_files_a_logs_object_names(tmp_path):
+    from datetime import datetime, timezone
+
+    from e2e import pod_logs
+    when = datetime(2026, 11, 24, 1, 2, 3, 456789, tzinfo=timezone.utc)
+    assert pod_logs.cri_line("epoch 1 loss 2.1", when=when) == "2026-11-24T01:02:03.456789000Z stdout F epoch 1 loss 2.1\n"
+    created = []
+
+    class Custom:
+        def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+            created.append((group, version, namespace, plural, body))
+
+    pod_logs.write(Custom(), tmp_path, "ray-training", "job-abc", ["main", "sidecar"], {"main": ["a", "b"]})
+    pod_logs.write(Custom(), tmp_path, "ray-training", "job-abc", ["main", "sidecar"], {"main": ["c"]})
+    current = pod_logs.log_file(tmp_path, "ray-training", "job-abc", "main")
+    assert [line.split(" ", 3)[3] for line in current.read_text().splitlines()] == ["a", "b", "c"]
+    (group, version, namespace, plural, body) = created[0]
+    assert (group, version, namespace, plural) == ("kwok.x-k8s.io", "v1alpha1", "ray-training", "logs")
+    assert body["metadata"] == {"name": "job-abc", "namespace": "ray-training"}
+    assert [entry["containers"] for entry in body["spec"]["logs"]] == [["main"], ["sidecar"]]
+    with pytest.raises(ValueError, match="has no container 'other'"):
+        pod_logs.write(Custom(), tmp_path, "ray-training", "job-abc", ["main"], {"other": ["x"]})
 
 
 def test_fake_nodes_look_like_the_environments():
@@ -190,10 +241,11 @@ def test_fake_nodes_look_like_the_environments():
         nodes.manifests("staging")
 
 
-def test_bootstrap_creates_the_secrets_the_workloads_reference_out_of_git():
-    assert gitops.referenced_secrets(REPO / "apps" / "eks") == {
+def test_bootstrap_knows_the_secrets_the_workloads_reference_out_of_git():
+    from ops.bootstrap import referenced_secrets
+    assert referenced_secrets(REPO / "apps" / "eks") == {
         ("ray-training", "ray-auth-token"): {"auth_token"}, ("ray-training", "hf-token"): {"token"}}
-    assert gitops.referenced_secrets(REPO / "apps" / "minikube") == {}
+    assert referenced_secrets(REPO / "apps" / "minikube") == {}
 
 
 def test_supervisor_restarts_what_exits_and_down_stops_what_is_left(tmp_path):

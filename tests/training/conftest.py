@@ -22,6 +22,12 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+# This one test process hosts the drivers of every framework. The CUDA build of torch loads Triton (LLVM) the first
+# time an optimizer is built (torch._compile -> torch._dynamo -> triton); loading it after TensorFlow is in the
+# process segfaults (measured: `import ray.train.tensorflow; torch.optim.Adam(...)` -> SIGSEGV in triton._C.libtriton,
+# the reverse order works). A job's own process imports one framework, so only the test process needs this order.
+import torch._dynamo  # noqa: E402,F401
+
 from training.env import apply_quiet_defaults  # noqa: E402
 
 apply_quiet_defaults()

@@ -62,7 +62,11 @@ def fake_kubeconform(tmp_path, monkeypatch):
 
 @pytest.fixture
 def no_kubeconform(tmp_path, monkeypatch):
-    """A PATH on which there is certainly no kubeconform."""
+    """No kubeconform anywhere: an empty PATH, and no e2e build of it under the repository (make e2e-build puts one
+    in .cache/e2e, which find_kubeconform also looks at)."""
+    from validation import kubeconform
+
     empty = tmp_path / "empty-bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setattr(kubeconform, "BUILT_GLOB", "no-e2e-build-here/tools-*/kubeconform")

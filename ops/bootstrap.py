@@ -1,0 +1,235 @@
+"""make bootstrap: an environment's first deploy, and a check on it later (idempotent).
+
+1. Argo CD must be installed where the environment says it runs (gitops.argocd.context): its Application CRD and
+   namespace; otherwise the pinned install command is printed.
+2. The Secrets the workloads reference (made out of git), and the notifications credentials (keys of Argo CD's
+   argocd-notifications-secret), are checked; missing ones are named with the command that creates them (the run
+   would fail without them: e.g. KubeRay cannot reach a token-auth dashboard).
+3. `argocd/root.yaml` is applied (server-side, as kubectl does), then a live display follows every Application
+   of the environment until each is Synced and Healthy (a job's, until its job runs), or names the first that is
+   not and why when time runs out.
+4. The Ray dashboard of the standing cluster: its NodePort address, or the port-forward to run.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from . import status as status_mod
+from .targets import EXIT_NOT_HEALTHY, EXIT_TIMEOUT, EXIT_UNREACHABLE, Clients, OpsError, Target
+
+ARGOCD_VERSION = "v3.5.1"
+INSTALL = (f"kubectl create namespace argocd && kubectl apply -n argocd --server-side -f "
+           f"https://raw.githubusercontent.com/argoproj/argo-cd/{ARGOCD_VERSION}/manifests/install.yaml")
+
+
+def check_argocd(clients: Clients, target: Target) -> None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+    api = clients.api(target.argocd_context)
+    try:
+        client.ApiextensionsV1Api(api).read_custom_resource_definition("applications.argoproj.io")
+        client.CoreV1Api(api).read_namespace(target.argocd_namespace)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        raise OpsError(f"Argo CD is not installed on context {target.argocd_context} (namespace "
+                       f"{target.argocd_namespace}); install {ARGOCD_VERSION}, pinned:\n  {INSTALL}",
+                       EXIT_UNREACHABLE) from None
+
+
+def referenced_secrets(apps_env_dir: Path, default_namespace: str = "default") -> dict[tuple[str, str], set[str]]:
+    """{(namespace, Secret name): keys} the rendered workloads of an environment read from Secrets made out of git:
+    env secretKeyRefs, and Ray token auth (authOptions.secretName, key auth_token, which KubeRay reads to call the
+    dashboard)."""
+    found: dict[tuple[str, str], set[str]] = {}
+    for path in sorted(apps_env_dir.glob("*/*.yaml")):
+        doc = yaml.safe_load(path.read_text()) or {}
+        _secret_refs(doc, (doc.get("metadata") or {}).get("namespace", default_namespace), found)
+    return found
+
+
+NOTIFICATIONS_CM = "argocd-notifications-cm"
+NOTIFICATIONS_SECRET = "argocd-notifications-secret"
+
+
+def notifications_keys(argocd_dir: Path, env: str) -> list[str]:
+    """The keys of argocd-notifications-secret the environment's notifications service reads (`$key` in its
+    configuration, as the rendered argocd-notifications-cm has it)."""
+    import re
+    path = argocd_dir / "managed" / f"configmap-{NOTIFICATIONS_CM}.yaml"
+    if not path.is_file():
+        return []
+    data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
+    keys = set()
+    for key, text in data.items():
+        if key.startswith("service.") and key.endswith(f".ray-gitops-{env}"):
+            keys |= set(re.findall(r"\$([\w-]+)", text))
+    return sorted(keys)
+
+
+def missing_secrets(clients: Clients, target: Target, root: Path) -> list[str]:
+    """Commands that create the Secrets (and Secret keys) the environment reads and that do not exist: its
+    workloads' Secrets, and the notifications credentials in Argo CD's argocd-notifications-secret. Their values
+    never come from git."""
+    from kubernetes.client.rest import ApiException
+    core = clients.core(target.context)
+    commands = []
+    keys = notifications_keys(root / "argocd", target.env)
+    if keys:
+        try:
+            have = clients.core(target.argocd_context).read_namespaced_secret(
+                NOTIFICATIONS_SECRET, target.argocd_namespace).data or {}
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            have = {}
+        absent = [k for k in keys if k not in have]
+        if absent:
+            data = json.dumps({"stringData": {k: "..." for k in absent}})
+            commands.append(f"kubectl --context {target.argocd_context} -n {target.argocd_namespace} patch secret "
+                            f"{NOTIFICATIONS_SECRET} --type merge -p '{data}'")
+    for (namespace, name), keys in sorted(referenced_secrets(root / "apps" / target.env, target.namespace).items()):
+        try:
+            core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            literals = " ".join(f"--from-literal={k}=..." for k in sorted(keys))
+            commands.append(f"kubectl --context {target.context} -n {namespace} create secret generic {name} "
+                            f"{literals}")
+    return commands
+
+
+def _secret_refs(node, namespace: str, found: dict) -> None:
+    if isinstance(node, dict):
+        ref = node.get("secretKeyRef")
+        if isinstance(ref, dict) and ref.get("name") and ref.get("key"):
+            found.setdefault((namespace, ref["name"]), set()).add(ref["key"])
+        auth = node.get("authOptions")
+        if isinstance(auth, dict) and auth.get("mode") == "token" and auth.get("secretName"):
+            found.setdefault((namespace, auth["secretName"]), set()).add("auth_token")
+        for value in node.values():
+            _secret_refs(value, namespace, found)
+    elif isinstance(node, list):
+        for value in node:
+            _secret_refs(value, namespace, found)
+
+
+def apply_root(target: Target, root: Path) -> str:
+    kubectl = _kubectl(root)
+    cmd = [kubectl, "--context", target.argocd_context, "-n", target.argocd_namespace, "apply", "--server-side",
+           "--field-manager=kubectl", "-f", str(root / "argocd" / "root.yaml")]
+    if target.kubeconfig:
+        cmd[1:1] = ["--kubeconfig", target.kubeconfig]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise OpsError(f"kubectl apply -f argocd/root.yaml failed: {proc.stderr.strip()}", EXIT_NOT_HEALTHY)
+    return proc.stdout.strip()
+
+
+def _kubectl(root: Path) -> str:
+    import shutil
+    local = root / ".tools" / "bin" / "kubectl"
+    for candidate in (local, Path(__file__).resolve().parent.parent / ".tools" / "bin" / "kubectl"):
+        if candidate.is_file():
+            return str(candidate)
+    found = shutil.which("kubectl")
+    if not found:
+        raise OpsError("kubectl not found: make setup installs one into .tools/bin")
+    return found
+
+
+def settled(app: dict) -> bool:
+    """Synced and Healthy; a job's app: Synced with its sync finished and its job running (Progressing)."""
+    if app["sync"] != "Synced":
+        return False
+    if app["health"] == "Healthy":
+        return True
+    return "-job-" in app["name"] and app["health"] == "Progressing" and app["operation"] in ("Succeeded", "")
+
+
+def expected_applications(root: Path, env: str) -> set[str]:
+    """The Applications the rendered Argo CD layer makes for an environment: the ones in argocd/managed/ labelled
+    with it (the operators), and one per directory its ApplicationSet's git generator matches (apps/<env>/*), named
+    by the set's template. Argo CD creates them one sync wave after another, so bootstrap waits for all of them, not
+    only for the ones that exist so far."""
+    names: set[str] = set()
+    for path in sorted((root / "argocd" / "managed").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if not isinstance(doc, dict) or ((doc.get("metadata") or {}).get("labels") or {}).get(
+                    "ray-gitops/environment") != env:
+                continue
+            if doc.get("kind") == "Application":
+                names.add(doc["metadata"]["name"])
+            elif doc.get("kind") == "ApplicationSet":
+                template = doc["spec"]["template"]["metadata"]["name"]
+                for directory in _git_directories(doc["spec"]["generators"]):
+                    for match in sorted(root.glob(directory)):
+                        if match.is_dir():
+                            names.add(template.replace("{{ .path.basename }}", match.name))
+    return names
+
+
+def _git_directories(generators: list) -> list[str]:
+    found = []
+    for gen in generators or []:
+        found += [d["path"] for d in (gen.get("git") or {}).get("directories") or [] if not d.get("exclude")]
+        found += _git_directories((gen.get("matrix") or {}).get("generators"))
+    return found
+
+
+def wait_settled(clients: Clients, target: Target, timeout: float, out=sys.stdout, poll: float = 3.0,
+                 expected: set[str] | None = None) -> list[dict]:
+    """Follow the environment's Applications until every one (those that exist and the ``expected`` ones Argo CD
+    has yet to create) is settled; print each change of one."""
+    expected = expected or set()
+    start = time.monotonic()
+    shown: dict[str, str] = {}
+    apps: list[dict] = []
+    while True:
+        apps = status_mod.applications(clients, target)
+        waiting = sorted(expected - {a["name"] for a in apps})
+        total = len(apps) + len(waiting)
+        for app in apps:
+            line = f"{app['sync']}/{app['health']}" + (f" ({app['message'][:100]})" if app["message"] else "")
+            if shown.get(app["name"]) != line:
+                shown[app["name"]] = line
+                ready = sum(1 for a in apps if settled(a))
+                print(f"[{time.monotonic() - start:4.0f} s] {app['name']:<34} {line}  ({ready}/{total} ready)",
+                      file=out, flush=True)
+        if apps and not waiting and all(settled(a) for a in apps):
+            return apps
+        if time.monotonic() - start > timeout:
+            if not apps:
+                raise OpsError(f"after {timeout:.0f} s Argo CD has no Application of environment {target.env} "
+                               f"(label ray-gitops/environment={target.env}): is argocd/root.yaml's repository "
+                               f"reachable, and the environment rendered (make render) and pushed?", EXIT_TIMEOUT)
+            first = next((a for a in apps if not settled(a)), None)
+            if first is None:
+                raise OpsError(f"after {timeout:.0f} s Argo CD has not created {', '.join(waiting)} (rendered in "
+                               f"argocd/ and apps/{target.env}/): is everything pushed, and are the earlier sync "
+                               f"waves healthy?", EXIT_TIMEOUT)
+            raise OpsError(f"after {timeout:.0f} s {first['name']} is {first['sync']}/{first['health']}"
+                           f"{': ' + first['message'] if first['message'] else ''}", EXIT_TIMEOUT)
+        time.sleep(poll)
+
+
+def bootstrap(clients: Clients, target: Target, root: Path, timeout: float = 900, out=sys.stdout) -> int:
+    check_argocd(clients, target)
+    missing = missing_secrets(clients, target, root)
+    if missing:
+        print("these Secrets the workloads read do not exist yet (their values never come from git):", file=out)
+        for command in missing:
+            print(f"  {command}", file=out)
+    print(apply_root(target, root), file=out)
+    wait_settled(clients, target, timeout, out, expected=expected_applications(root, target.env))
+    standing = [c for c in status_mod.ray_clusters(clients, target) if c["owner"] is None]
+    for cluster in standing:
+        print(f"Ray dashboard of {cluster['name']}: {cluster['dashboardUrl']}", file=out)
+    return 0 if not missing else EXIT_NOT_HEALTHY

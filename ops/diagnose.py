@@ -1,0 +1,223 @@
+"""make diagnose: a failed or stuck job, classified into the failures this platform knows, each with the line that
+shows it and the environment value that fixes it.
+
+The evidence is what the cluster says about the run: the operator's status (reason and message), events of the
+run, its cluster, pods and checkpoint claim, the pods' container states, and the last lines of their logs. Each
+class is a set of patterns of the messages the systems themselves print (NCCL, libfabric, the kubelet, the
+scheduler, the API server, KubeRay, the training-operator); the first evidence line a class matches is shown.
+Unknown failures say so and show the last lines. `retryable` tells `make watch --auto-retry` whether a new run can
+succeed without a change (a hung collective, a deadline) or needs one (a bad spec, a missing image).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from . import jobs as jobs_mod
+from .targets import Clients, Target
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    name: str
+    title: str
+    patterns: tuple[str, ...]
+    fix: str
+    retryable: bool
+
+    def match(self, text: str) -> bool:
+        return any(re.search(p, text) for p in self.patterns)
+
+
+CLASSES = (
+    FailureClass("nccl-timeout", "NCCL collective timeout",
+                 (r"Watchdog caught collective operation timeout",
+                  r"WorkNCCL\(SeqNum=\d+.*\) ran for \d+ milliseconds before timing out",
+                  r"Timeout at NCCL work: \d+"),
+                 "cluster.nccl.collectiveTimeoutSeconds (the process group's timeout); the flight recorder dumps "
+                 "(/checkpoints/nccl-flight-recorder-rank_<n>) show the hung collective and rank", True),
+    FailureClass("efa-rdma-on-g5", "FI_EFA_USE_DEVICE_RDMA=1 on an instance without RDMA read (g5/g6)",
+                 (r"FI_EFA_USE_DEVICE_RDMA=1 was set by users?, but EFA device has no rdma-read capability",),
+                 "cluster.efa.instanceFamily: g5 (renders FI_EFA_USE_DEVICE_RDMA=0)", False),
+    FailureClass("no-efa-provider", "libfabric found no EFA provider",
+                 (r"NET/OFI No eligible providers were found", r"OFI fi_getinfo\(\) call failed: No data available",
+                  r"Couldn't find any optimal provider", r"Unable to find a protocol that worked",
+                  r"fi_getinfo: provider efa output empty list"),
+                 "cluster.efa.enabled: true and efa.devicesPerPod within the instance's devices (the pod must request "
+                 "vpc.amazonaws.com/efa); the node group must be EFA-enabled with the EFA device plugin running", False),
+    FailureClass("nccl-on-sockets", "NCCL runs on TCP sockets instead of EFA",
+                 (r"NCCL INFO Using network Socket\b", r"via NET/Socket/\d", r"NCCL INFO NET/Socket : Using"),
+                 "cluster.efa.enabled: true and the image's EFA build (cluster.image.tag <version>-efa: libfabric "
+                 "and aws-ofi-nccl)", False),
+    FailureClass("oom-killed", "a container or Ray worker was killed for memory",
+                 (r"\bOOMKilled\b", r"running low on memory", r"killed due to memory pressure \(OOM\)",
+                  r"failed due to oom\b"),
+                 "the killed container's resources.limits.memory: a Ray group's cluster.workerGroups.<group>.resources "
+                 "(or cluster.head), a submitter's jobs.<job>.job.submitter.resources; or a smaller "
+                 "trainConfig.batchSize", False),
+    FailureClass("worker-aborted", "a worker aborted or died (SIGABRT)",
+                 (r"\bSIGABRT\b", r"exitcode\s*: -6\b", r"exit code 134\b", r"Fatal Python error: Aborted",
+                  r"Worker unexpectedly exits with a connection error code"),
+                 "usually an abort after a failed collective (see the NCCL lines): cluster.nccl.collectiveTimeoutSeconds; "
+                 "a new run resumes from the job's checkpoints", True),
+    FailureClass("image-pull", "the image cannot be pulled",
+                 (r"\bErrImagePull\b", r"\bImagePullBackOff\b", r"\bInvalidImageName\b",
+                  r"Failed to pull image", r"Back-off pulling image"),
+                 "cluster.image.repository / cluster.image.tag (make image, then make bump-image TAG=...); "
+                 "imagePullSecrets for a private registry", False),
+    FailureClass("unschedulable", "pods cannot be scheduled",
+                 (r"Insufficient nvidia\.com/gpu", r"Insufficient vpc\.amazonaws\.com/efa",
+                  r"\d+/\d+ nodes are available: .*(Insufficient|didn't match|untolerated taint)"),
+                 "cluster.workerGroups.<group>.nodeSelector / tolerations, the GPU node group's size, or the "
+                 "group's replicas and gpus", False),
+    FailureClass("quota-exceeded", "the namespace quota refuses the pods",
+                 (r"exceeded quota: ",),
+                 "platform.values.resourceQuota.hard (or smaller worker groups)", False),
+    FailureClass("claim-not-bound", "the checkpoint claim is not Bound",
+                 (r"pod has unbound immediate PersistentVolumeClaims", r"persistentvolumeclaim \"[^\"]+\" not found",
+                  r"claim \S+ is (Pending|Missing|Lost)", r"^ProvisioningFailed: "),
+                 "platform.values.checkpoints (storage class, size, access modes) and cluster.checkpoints.claimName; "
+                 "the CSI driver (fsx.csi.aws.com) must run", False),
+    FailureClass("deadline-exceeded", "the job ran past its deadline",
+                 (r"\bDeadlineExceeded\b", r"passed the activeDeadlineSeconds",
+                  r"active longer than specified deadline"),
+                 "jobs.<job>.job.activeDeadlineSeconds; a new run resumes from the job's checkpoints", True),
+    FailureClass("ray-token-auth", "Ray token authentication refused",
+                 (r"failed to get auth secret", r"auth token key .* not found in secret",
+                  r"Unauthorized: Missing authentication token", r"Forbidden: Invalid authentication token",
+                  r"Invalid or missing authentication token", r"couldn't find key auth_token in Secret"),
+                 "the Secret named by cluster.auth.secretName (key auth_token) must exist in the namespace, the same "
+                 "for every pod of the cluster (created out of git: make bootstrap names the command)", False),
+    FailureClass("secret-missing", "a Secret the pods read does not exist",
+                 (r"Error: secret \"[^\"]+\" not found", r"Error: couldn't find key \S+ in Secret"),
+                 "create it out of git (make bootstrap prints the kubectl create secret command); its name is the "
+                 "environment's (e.g. jobs.<job>.env secretKeyRef, cluster.auth.secretName)", False),
+)
+BY_NAME = {c.name: c for c in CLASSES}
+
+
+@dataclass
+class Finding:
+    failure: FailureClass
+    evidence: str
+    source: str
+
+
+@dataclass
+class Diagnosis:
+    job: str
+    run: str
+    state: str
+    findings: list[Finding] = field(default_factory=list)
+    last_lines: list[str] = field(default_factory=list)
+    succeeded: bool = False
+
+    @property
+    def known(self) -> bool:
+        return bool(self.findings)
+
+    @property
+    def retryable(self) -> bool:
+        return self.known and all(f.failure.retryable for f in self.findings)
+
+
+def classify(evidence: list[tuple[str, str]]) -> list[Finding]:
+    """Each class once, with the first (source, line) it matches, in the order CLASSES lists them."""
+    findings = []
+    for failure in CLASSES:
+        for source, text in evidence:
+            if failure.match(text):
+                findings.append(Finding(failure, text.strip()[:400], source))
+                break
+    return findings
+
+
+def evidence_of(clients: Clients, target: Target, run: jobs_mod.Run, log_lines: int = 200) -> list[tuple[str, str]]:
+    core = clients.core(target.context)
+    evidence = []
+    status = run.status
+    if status.get("reason") or status.get("message"):
+        evidence.append((f"{run.kind} {run.name}", f"{status.get('reason', '')}: {status.get('message', '')}"))
+    for cond in status.get("conditions") or []:
+        if cond.get("message") and cond.get("status") == "True":
+            evidence.append((f"{run.kind} {run.name}", f"{cond.get('type')} ({cond.get('reason', '')}): "
+                                                      f"{cond['message']}"))
+    pods = [p for pods in run.pods.values() for p in pods]
+    names = {run.name, status.get("rayClusterName") or ""} | {p.metadata.name for p in pods}
+    claim = ((target.doc.get("cluster") or {}).get("checkpoints") or {}).get("claimName")
+    if ((target.doc.get("cluster") or {}).get("checkpoints") or {}).get("enabled") and claim:
+        names.add(claim)
+        try:
+            phase = core.read_namespaced_persistent_volume_claim(claim, target.namespace).status.phase
+        except Exception:  # noqa: BLE001 - a missing claim is evidence too
+            phase = "Missing"
+        if phase != "Bound":
+            evidence.append((f"PersistentVolumeClaim {claim}", f"claim {claim} is {phase}"))
+    for event in core.list_namespaced_event(target.namespace).items:
+        obj = event.involved_object.name or ""
+        if obj in names or obj.startswith(run.name):
+            evidence.append((f"event on {event.involved_object.kind}/{obj}", f"{event.reason}: {event.message or ''}"))
+    cluster = status.get("rayClusterName")
+    if cluster:
+        try:
+            obj = clients.custom(target.context).get_namespaced_custom_object("ray.io", "v1", target.namespace,
+                                                                              "rayclusters", cluster)
+        except Exception:  # noqa: BLE001 - a cluster already deleted (the job ended) has nothing to add
+            obj = {}
+        for cond in (obj.get("status") or {}).get("conditions") or []:
+            if cond.get("message") and cond.get("reason") not in ("HeadPodRunningAndReady", "AllPodRunningAndReadyFirstTime"):
+                evidence.append((f"RayCluster {cluster} condition {cond.get('type')}",
+                                 f"{cond.get('reason', '')}: {cond['message']}"))
+    for pod in pods:
+        for cond in pod.status.conditions or []:
+            if cond.type == "PodScheduled" and cond.status == "False" and cond.message:
+                evidence.append((f"pod {pod.metadata.name} not scheduled", f"{cond.reason}: {cond.message}"))
+        for cs in (pod.status.container_statuses or []) + (pod.status.init_container_statuses or []):
+            for label, state in (("state", cs.state), ("last state", cs.last_state)):
+                if state is None:
+                    continue
+                if state.waiting and state.waiting.reason:
+                    evidence.append((f"pod {pod.metadata.name} {label}",
+                                     f"{cs.name} waiting: {state.waiting.reason}: {state.waiting.message or ''}"))
+                if state.terminated and (state.terminated.exit_code or state.terminated.reason not in (None, "Completed")):
+                    t = state.terminated
+                    evidence.append((f"pod {pod.metadata.name} {label}",
+                                     f"{cs.name} terminated: {t.reason} exit code {t.exit_code}"
+                                     + (f": {t.message}" if t.message else "")))
+    for pod in pods:
+        if (pod.status.phase or "Pending") == "Pending":
+            continue
+        for container in pod.spec.containers:
+            try:
+                text = core.read_namespaced_pod_log(pod.metadata.name, target.namespace, container=container.name,
+                                                    tail_lines=log_lines, _request_timeout=20)
+            except Exception:  # noqa: BLE001 - logs may be gone with the pod; the rest is still evidence
+                continue
+            evidence += [(f"log {pod.metadata.name}/{container.name}", line) for line in text.splitlines()
+                         if line.strip()]
+    return evidence
+
+
+def diagnose(clients: Clients, target: Target, job: str) -> Diagnosis:
+    run = jobs_mod.find(clients, target, job)
+    if run.succeeded:
+        return Diagnosis(job, run.name, run.state, succeeded=True)
+    evidence = evidence_of(clients, target, run)
+    result = Diagnosis(job, run.name, run.state, classify(evidence))
+    result.last_lines = [f"{source}: {text}" for source, text in evidence[-10:]]
+    return result
+
+
+def render(diagnosis: Diagnosis) -> str:
+    lines = [f"{diagnosis.job}: run {diagnosis.run} is {diagnosis.state}"]
+    if diagnosis.succeeded:
+        return lines[0] + "; it succeeded, nothing to diagnose"
+    for finding in diagnosis.findings:
+        lines += [f"- {finding.failure.title} [{finding.failure.name}; "
+                  f"{'retryable' if finding.failure.retryable else 'needs a change'}]",
+                  f"    evidence ({finding.source}): {finding.evidence}",
+                  f"    fix: {finding.failure.fix}"]
+    if not diagnosis.findings:
+        lines.append("- not a known failure; the last lines seen:")
+        lines += [f"    {line}" for line in diagnosis.last_lines] or ["    (nothing: no status message, event or log)"]
+    return "\n".join(lines)

@@ -1,0 +1,107 @@
+"""Where an environment lives: its cluster (kubectl context, namespace) and the Argo CD that syncs it, from the
+environment as the generator composes it; and the Kubernetes clients for them, failing fast and clearly when a
+cluster cannot be reached."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+EXIT_OK, EXIT_NOT_HEALTHY, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_TIMEOUT = 0, 1, 2, 3, 4
+REACH_TIMEOUT_SECONDS = 5
+
+
+class OpsError(Exception):
+    """A problem for a person: the message says what and what to do; exit_code says which kind."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_BAD_INPUT):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+@dataclass(frozen=True)
+class Target:
+    env: str
+    context: str
+    namespace: str
+    argocd_context: str
+    argocd_namespace: str
+    kubeconfig: str | None
+    doc: dict
+
+
+def kubeconfig_path(explicit: str | None = None) -> str | None:
+    """--kubeconfig, else $KUBECONFIG (first file), else ~/.kube/config (None: the client's own default)."""
+    if explicit:
+        return explicit
+    env = os.environ.get("KUBECONFIG", "")
+    if env:
+        return env.split(os.pathsep)[0]
+    default = Path.home() / ".kube" / "config"
+    return str(default) if default.is_file() else None
+
+
+def environment_names(root: Path) -> list[str]:
+    from generator import environments
+    return environments.names(root)
+
+
+def target(root: Path, env: str, kubeconfig: str | None = None) -> Target:
+    from generator import environments
+    from generator.errors import RenderError
+    try:
+        doc = environments.load(root, env).doc
+    except RenderError as exc:
+        raise OpsError(str(exc)) from None
+    argocd = (doc.get("gitops") or {}).get("argocd") or {}
+    return Target(env=env, context=doc["target"].get("context") or env, namespace=doc["target"]["namespace"],
+                  argocd_context=argocd.get("context") or doc["target"].get("context") or env,
+                  argocd_namespace=argocd.get("namespace", "argocd"), kubeconfig=kubeconfig_path(kubeconfig),
+                  doc=doc)
+
+
+def api_client(kubeconfig: str | None, context: str):
+    """A client for `context`, after checking the context exists and the API server answers within seconds."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+    try:
+        contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+    except (ConfigException, OSError) as exc:
+        raise OpsError(f"no usable kubeconfig ({kubeconfig or 'default location'}): {exc}") from None
+    names = sorted(c["name"] for c in contexts)
+    if context not in names:
+        raise OpsError(f"unknown kubectl context {context!r} in {kubeconfig or 'the default kubeconfig'}; known "
+                       f"contexts: {', '.join(names) or 'none'} (an environment's target.context names it)")
+    api = config.new_client_from_config(config_file=kubeconfig, context=context)
+    probe_config = client.Configuration()
+    config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=probe_config,
+                            persist_config=False)
+    probe_config.retries = False  # one try: urllib3's default retries would wait REACH_TIMEOUT_SECONDS four times
+    try:
+        client.VersionApi(client.ApiClient(probe_config)).get_code(_request_timeout=REACH_TIMEOUT_SECONDS)
+    except Exception as exc:  # noqa: BLE001 - any failure to reach the server is the same fact for a person
+        reason = getattr(exc, "reason", None) or str(exc).splitlines()[0][:200]
+        raise OpsError(f"cannot reach the cluster of context {context!r} ({api.configuration.host}): {reason}",
+                       EXIT_UNREACHABLE) from None
+    return api
+
+
+class Clients:
+    """Kubernetes clients per context, made once (each checked for reachability when first made)."""
+
+    def __init__(self, kubeconfig: str | None):
+        self.kubeconfig = kubeconfig
+        self._made: dict[str, object] = {}
+
+    def api(self, context: str):
+        if context not in self._made:
+            self._made[context] = api_client(self.kubeconfig, context)
+        return self._made[context]
+
+    def core(self, context: str):
+        from kubernetes import client
+        return client.CoreV1Api(self.api(context))
+
+    def custom(self, context: str):
+        from kubernetes import client
+        return client.CustomObjectsApi(self.api(context))

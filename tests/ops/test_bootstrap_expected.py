@@ -1,0 +1,66 @@
+"""make bootstrap waits for every Application the rendered Argo CD layer promises an environment, including the ones
+Argo CD creates only after earlier sync waves are healthy (the e2e caught it stopping at '1/1 ready' when only the
+CRD app existed yet)."""
+from __future__ import annotations
+
+import io
+import shutil
+
+import pytest
+
+from ops import bootstrap
+from ops.targets import OpsError
+from tests.conftest import REPO
+
+
+@pytest.mark.parametrize("env", ["minikube", "eks"])
+def test_expected_are_the_operator_apps_and_one_per_app_directory(env):
+    expected = bootstrap.expected_applications(REPO, env)
+    operators = {f"{env}-{name}" for name in ("kuberay-crds", "kuberay-operator", "training-operator")}
+    dirs = {f"{env}-{d.name}" for d in (REPO / "apps" / env).iterdir() if d.is_dir()}
+    assert expected == operators | dirs
+
+
+def test_a_removed_app_directory_is_no_longer_expected(tmp_path):
+    for name in ("argocd", "apps"):
+        shutil.copytree(REPO / name, tmp_path / name)
+    shutil.rmtree(tmp_path / "apps" / "minikube" / "ray-cluster")
+    expected = bootstrap.expected_applications(tmp_path, "minikube")
+    assert "minikube-ray-cluster" not in expected and "minikube-platform" in expected
+    assert bootstrap.expected_applications(tmp_path, "no-such-env") == set()
+
+
+class FakeStatus:
+    """status.applications answers, one list per poll."""
+
+    def __init__(self, polls):
+        self.polls = list(polls)
+
+    def __call__(self, clients, target):
+        return self.polls.pop(0) if len(self.polls) > 1 else self.polls[0]
+
+
+def app(name, sync="Synced", health="Healthy"):
+    return {"name": name, "sync": sync, "health": health, "operation": "Succeeded", "message": ""}
+
+
+class Target:
+    env = "minikube"
+
+
+def test_waits_for_applications_not_created_yet(monkeypatch):
+    polls = [[app("m-crds")], [app("m-crds"), app("m-cluster", "OutOfSync", "Missing")],
+             [app("m-crds"), app("m-cluster")]]
+    monkeypatch.setattr(bootstrap.status_mod, "applications", FakeStatus(polls))
+    shown = io.StringIO()
+    apps = bootstrap.wait_settled(None, Target(), timeout=30, out=shown, poll=0, expected={"m-crds", "m-cluster"})
+    assert [a["name"] for a in apps] == ["m-crds", "m-cluster"]
+    out = shown.getvalue()
+    assert "m-crds" in out and "(1/2 ready)" in out and "(2/2 ready)" in out and "(1/1 ready)" not in out
+
+
+def test_times_out_naming_what_argo_cd_never_created(monkeypatch):
+    monkeypatch.setattr(bootstrap.status_mod, "applications", FakeStatus([[app("m-crds")]]))
+    with pytest.raises(OpsError) as err:
+        bootstrap.wait_settled(None, Target(), timeout=0, poll=0, expected={"m-crds", "m-cluster"})
+    assert "has not created m-cluster" in str(err.value)
