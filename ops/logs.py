@@ -92,16 +92,20 @@ class Follower:
                     self.emit(prefix + raw.decode(errors="replace"))
             if buffer:
                 self.emit(prefix + buffer.decode(errors="replace"))
+            response.release_conn()
         except Exception as exc:  # noqa: BLE001 - a pod that went away ends its stream; say so, keep following
             if key not in self.ended:
                 self.emit(f"{prefix}(log stream ended: {getattr(exc, 'reason', None) or exc})")
 
     def _close(self, key: tuple) -> None:
+        """End a stream another thread is reading: urllib3's shutdown() (shuts the socket for reading, which wakes
+        the reader). Not close(): from this thread it waits for the reader's lock, which a stream the server keeps
+        open never releases (the e2e hung there)."""
         response = self.responses.pop(key, None)
         if response is not None:
             try:
-                response.close()
-            except Exception:  # noqa: BLE001 - closing a stream that already broke
+                response.shutdown()
+            except Exception:  # noqa: BLE001 - a stream that already ended or broke
                 pass
 
     def _scan(self, run: jobs_mod.Run) -> None:

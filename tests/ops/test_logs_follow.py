@@ -13,8 +13,8 @@ from ops import logs
 
 
 class EndlessResponse:
-    """A log stream that yields its lines, then blocks until closed (and even closing does not wake the reader,
-    as with a socket read some HTTP clients cannot interrupt)."""
+    """A log stream that yields its lines, then blocks as a follow the server keeps open does. As with urllib3,
+    shutdown() wakes the reader; close() from another thread waits for the reader (the e2e hung there)."""
 
     def __init__(self, lines):
         self.lines, self.release = lines, threading.Event()
@@ -23,8 +23,14 @@ class EndlessResponse:
         yield from (line.encode() + b"\n" for line in self.lines)
         self.release.wait(60)
 
+    def shutdown(self):
+        self.release.set()
+
     def close(self):
-        pass  # deliberately does not release the reader
+        self.release.wait(60)  # blocked behind the reader, like HTTPResponse.close() on a read in progress
+
+    def release_conn(self):
+        pass
 
 
 def pod(name, phase):
