@@ -109,6 +109,18 @@ def job_of(name: str) -> str | None:
     return match.group("job") if match else None
 
 
+def find_current(clients, target: Target, job: str) -> Run | None:
+    """Like find, but None while the job has no run (between Argo CD pruning one run and creating the next)."""
+    try:
+        return find(clients, target, job)
+    except NoRun:
+        return None
+
+
+class NoRun(OpsError):
+    """The environment has no run of the job (now)."""
+
+
 def find(clients, target: Target, job: str) -> Run:
     """The current run of `job` in the environment (the newest, if an old one is still being pruned)."""
     custom = clients.custom(target.context)
@@ -121,7 +133,7 @@ def find(clients, target: Target, job: str) -> Run:
     if not matches:
         known = sorted(set((target.doc.get("jobs") or {})) | {job_of(o["metadata"]["name"]) or "?"
                                                              for _, o in runs(custom, target.namespace)})
-        raise OpsError(f"no job {job!r} in environment {target.env} (namespace {target.namespace} on context "
+        raise NoRun(f"no job {job!r} in environment {target.env} (namespace {target.namespace} on context "
                        f"{target.context}); known jobs: {', '.join(j for j in known if j != '?') or 'none'}",
                        EXIT_BAD_INPUT)
     kind, obj = max(matches, key=lambda m: m[1]["metadata"]["creationTimestamp"])

@@ -147,7 +147,11 @@ class Follower:
             if deadline is not None and time.monotonic() > deadline:
                 break
             time.sleep(self.poll)
-            run = jobs_mod.find(self.clients, self.target, self.job)
+            current = jobs_mod.find_current(self.clients, self.target, self.job)
+            if current is None:  # pruned (a retry replaced it) before we saw it end: nothing more to follow
+                self.emit(f"(run {run.name} is gone)")
+                break
+            run = current
         self.stop.set()
         for key in list(self.responses):
             self._close(key)

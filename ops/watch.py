@@ -55,6 +55,7 @@ def watch(clients: Clients, target: Target, job: str, root: Path, auto_retry: in
 def _wait_new_run(clients: Clients, target: Target, job: str, old: str, timeout: float, poll: float) -> None:
     deadline = time.monotonic() + max(0.0, timeout)
     while time.monotonic() < deadline:
-        if jobs_mod.find(clients, target, job).name != old:
+        run = jobs_mod.find_current(clients, target, job)  # None while Argo CD has pruned the old, not made the new
+        if run is not None and run.name != old:
             return
         time.sleep(poll)

@@ -81,3 +81,20 @@ def test_follow_keeps_going_while_the_run_runs(monkeypatch):
     run = f.run(timeout=1.0)  # only the timeout ends it
     assert not run.finished and time.monotonic() - started >= 1.0
     response.release.set()
+
+
+def test_follow_ends_when_the_run_is_pruned(monkeypatch):
+    running = {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}
+    response = EndlessResponse(["epoch 1/30"])
+    f, out = follower(monkeypatch, [run_with(running, [pod("sub", "Running")])], response)
+    calls = {"n": 0}
+    found = jobs_mod.find
+
+    def find(clients, target, job):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise jobs_mod.NoRun("no job 'job' in environment e")
+        return found(clients, target, job)
+    monkeypatch.setattr(jobs_mod, "find", find)
+    run = f.run(timeout=10)
+    assert run.name == "job-0123abcd" and "(run job-0123abcd is gone)" in out.getvalue()
