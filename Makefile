@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose retry watch
+.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose retry watch bench-cluster
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -106,6 +106,9 @@ retry: setup-base ## new run of JOB through git: bump its run counter, render, c
 watch: setup-base ## follow JOB to its end; AUTO_RETRY=N retries retryable failures through git (at most N)
 	$(NEED_JOB)
 	@$(OPS) watch $(ENV_FLAG) --job $(JOB) $(if $(AUTO_RETRY),--auto-retry $(AUTO_RETRY))
+
+bench-cluster: setup-base ## seed 002 on ENV's cluster: baseline and Ray Train as jobs through git; report in results/bench-cluster (BENCH_ARGS=--tiny ...)
+	@$(OPS) bench-cluster --env $(or $(ENV),minikube) $(BENCH_ARGS)
 
 bench-render: setup-base ## time rendering: helm vs generator overhead, and 200 jobs x 4 environments
 	@$(PY) -m generator.bench

@@ -6,6 +6,7 @@
   status     is it up; the kubeconfig, contexts, logs; each Argo CD Application's sync and health
   bootstrap  apply argocd/root.yaml (as published to the local remote) to the management cluster
   report     the budgets and the summary line of the last `make e2e`
+  refresh    what Argo CD's git webhook does on a push (the local remote's post-receive hook runs it)
   run        what `make e2e` does: down, up (fresh), the scenarios (pytest -m e2e tests/e2e), down, report
 """
 from __future__ import annotations
@@ -219,6 +220,19 @@ def cmd_run(args) -> int:
     return rc or report_rc
 
 
+def cmd_refresh(args) -> int:
+    current = state.read()
+    if current.get("status") != "ready":
+        print("the e2e cluster is not up: nothing to refresh", file=sys.stderr)
+        return 1
+    from . import gitops
+    start = time.monotonic()
+    gitops.refresh(current)
+    print(f"{time.strftime('%H:%M:%S')} refreshed the ApplicationSets and Applications in "
+          f"{time.monotonic() - start:.1f} s")
+    return 0
+
+
 def cmd_supervise(args) -> int:
     from . import supervisor
     return supervisor.main(state.RUN_DIR, Path(args.source).resolve())
@@ -241,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("status", help="is it up, and the Argo CD applications").set_defaults(func=cmd_status)
     sub.add_parser("bootstrap", help="apply argocd/root.yaml").set_defaults(func=cmd_bootstrap)
     sub.add_parser("report", help="budgets and the summary of the last make e2e").set_defaults(func=cmd_report)
+    sub.add_parser("refresh", help="Argo CD's git webhook: refresh after a push").set_defaults(func=cmd_refresh)
     p = sub.add_parser("run", help="make e2e: fresh cluster, scenarios, teardown, report")
     p.add_argument("--source", type=Path, default=ROOT)
     p.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --), e.g. -k bootstrap")

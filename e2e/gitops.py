@@ -85,14 +85,20 @@ def application_rows(current: dict) -> list[str]:
 
 
 def refresh(current: dict) -> None:
-    """What Argo CD's git webhook does on a push: regenerate the ApplicationSets, refresh the Applications."""
+    """What Argo CD's git webhook does on a push: regenerate the ApplicationSets, refresh the Applications. One
+    `kubectl annotate --all` per kind; an object deleted between kubectl's list and its patch (an ApplicationSet
+    pruning an Application) is no error, the rest are annotated on a second pass."""
     kubeconfig, context = management(current)
-    for appset in applicationsets(current):
-        kube.kubectl(kubeconfig, context, "-n", ARGOCD_NS, "annotate", "--overwrite", "applicationset",
-                     appset["metadata"]["name"], "argocd.argoproj.io/application-set-refresh=true")
-    for app in applications(current):
-        kube.kubectl(kubeconfig, context, "-n", ARGOCD_NS, "annotate", "--overwrite", "application",
-                     app["metadata"]["name"], "argocd.argoproj.io/refresh=normal")
+    for kind, annotation in (("applicationsets", "argocd.argoproj.io/application-set-refresh=true"),
+                             ("applications", "argocd.argoproj.io/refresh=normal")):
+        for attempt in (1, 2):
+            try:
+                kube.kubectl(kubeconfig, context, "-n", ARGOCD_NS, "annotate", "--overwrite", kind, "--all",
+                             annotation)
+                break
+            except kube.KubectlError as exc:
+                if "NotFound" not in str(exc) or attempt == 2:
+                    raise
 
 
 def push(current: dict, message: str, the_world: world.World | None = None) -> str:
@@ -102,6 +108,5 @@ def push(current: dict, message: str, the_world: world.World | None = None) -> s
     if the_world is not None:
         the_world.rewrite_argocd(work)
     sha = remotes.commit_all(work, message)
-    remotes.git("push", "-q", "origin", "HEAD:main", cwd=work)
-    refresh(current)
+    remotes.git("push", "-q", "origin", "HEAD:main", cwd=work)  # the remote's hook refreshes Argo CD
     return sha

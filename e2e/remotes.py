@@ -67,6 +67,23 @@ def init_remote(bare: Path) -> str:
     return f"file://{bare}"
 
 
+def install_push_webhook(bare: Path, root: Path, log: Path) -> Path:
+    """A post-receive hook on the remote that does what Argo CD's git webhook does on a push (`python -m e2e
+    refresh`: the ApplicationSets regenerate, the Applications refresh), so a push from any clone (`make retry
+    --push`) is seen at once instead of at the next poll of the repository (3 min). The hook waits for the refresh:
+    when `git push` returns, Argo CD has been told."""
+    import shlex
+    import sys
+    hook = bare / "hooks" / "post-receive"
+    hook.parent.mkdir(parents=True, exist_ok=True)
+    hook.write_text("#!/bin/sh\n# e2e: Argo CD's git webhook on a push (e2e/remotes.py install_push_webhook)\n"
+                    "unset GIT_DIR GIT_QUARANTINE_PATH GIT_OBJECT_DIRECTORY GIT_ALTERNATE_OBJECT_DIRECTORIES\n"
+                    f"cd {shlex.quote(str(root))} && {shlex.quote(sys.executable)} -m e2e refresh "
+                    f">>{shlex.quote(str(log))} 2>&1 || echo 'e2e: the push webhook failed, see {log}' >&2\n")
+    hook.chmod(0o755)
+    return hook
+
+
 def commit_all(work: Path, message: str) -> str:
     git("add", "-A", cwd=work)
     if git("status", "--porcelain", cwd=work):

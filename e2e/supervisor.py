@@ -198,6 +198,7 @@ def publish(source: Path, git_dir: Path, the_world: world.World) -> dict:
     dirty = " with uncommitted changes" if remotes.git("status", "--porcelain", cwd=source, check=False) else ""
     sha = remotes.push_tree(work, bare, message=f"e2e: ray-gitops at {head}{dirty}; world map on "
                                                 f"{', '.join(changed) or 'nothing'}")
+    remotes.install_push_webhook(bare, ROOT, git_dir.parent / "push-webhook.log")
     remotes.git("remote", "add", "origin", f"file://{bare}", cwd=work)
     # a user's clone has an identity: `make retry` commits in it
     remotes.git("config", "user.name", remotes.GIT_ENV["GIT_AUTHOR_NAME"], cwd=work)

@@ -1,4 +1,5 @@
-"""python -m ops bootstrap | status | logs | diagnose | retry | watch   (make bootstrap ENV=..., make status, ...)
+"""python -m ops bootstrap | status | logs | diagnose | retry | watch | bench-cluster
+(make bootstrap ENV=..., make status, ...)
 
 Exit codes: 0 done / healthy; 1 not healthy (a failed job, an app not synced, a failure that needs a change);
 2 bad input (unknown environment, job or context; a job name matching two kinds); 3 a cluster or Argo CD
@@ -99,6 +100,23 @@ def cmd_watch(args) -> int:
                  timeout=args.timeout, poll=args.poll)
 
 
+def cmd_bench_cluster(args) -> int:
+    from .bench import DEFAULT_OUT, Settings, bench_cluster
+    tgt = target(_root(args), _one_env(args), args.kubeconfig)
+    settings = Settings(framework=args.framework, workers=args.workers, epochs=args.epochs, data=args.data,
+                        batch_size=args.batch_size, tiny=args.tiny)
+    out = Path(args.out or (_root(args) / DEFAULT_OUT))
+    return bench_cluster(Clients(tgt.kubeconfig), tgt, _root(args), settings, out, keep=args.keep,
+                         timeout=args.timeout, poll=args.poll)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: a positive integer")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m ops", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -132,6 +150,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--auto-retry", type=int, default=0)
     p.add_argument("--timeout", type=float, default=86400)
     p.add_argument("--poll", type=float, default=10)
+    p = add("bench-cluster", cmd_bench_cluster, "seed 002 as two jobs of the environment, through git: baseline "
+            "vs Ray Train, JSON + markdown + plot")
+    p.add_argument("--framework", choices=["pytorch", "tensorflow"], default="pytorch")
+    p.add_argument("--workers", type=_positive, default=2, help="Ray Train workers (1 CPU each); default 2")
+    p.add_argument("--epochs", type=_positive, help="default: make bench-train's (5; --tiny 1)")
+    p.add_argument("--data", choices=["digits", "synthetic"], default="digits")
+    p.add_argument("--batch-size", type=_positive, default=64, help="per-worker batch; default 64")
+    p.add_argument("--tiny", action="store_true", help="a seconds-long run (256 samples, a small CNN, 1 epoch)")
+    p.add_argument("--out", help="output folder; default results/bench-cluster")
+    p.add_argument("--keep", action="store_true", help="keep the two benchmark jobs in the environment after")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds for the whole benchmark")
+    p.add_argument("--poll", type=float, default=5)
     return parser
 
 

@@ -45,7 +45,7 @@ def train_markdown(report: Dict[str, Any]) -> str:
     agg = report["configurations"]
     comp = report["comparison"]
     lines = [
-        "# bench-train: plain vs Ray Train",
+        f"# {report.get('title') or 'bench-train: plain vs Ray Train'}",
         "",
         f"{m.get('cpus')} CPUs, {m.get('memoryGiB', '?')} GiB, load average at the end {m.get('loadAverage')}; "
         f"torch {m.get('torch')}, tensorflow {m.get('tensorflow')}, ray {m.get('ray')}. "
@@ -145,7 +145,7 @@ def train_plot(report: Dict[str, Any], path: Path) -> Path:
         ax.set_title(f"{fw}: wall time, process start to evaluated model")
         ax.set_ylabel("seconds (median)")
         ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"bench-train: {s['data']['source']}, {s['epochs']} epoch(s), per-worker batch {s['batchSize']}, "
+    fig.suptitle(f"{report.get('benchmark', 'bench-train')}: {s['data']['source']}, {s['epochs']} epoch(s), per-worker batch {s['batchSize']}, "
                  f"median of {s['repeats']}, {report['machine'].get('cpus')} CPUs", fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -154,13 +154,14 @@ def train_plot(report: Dict[str, Any], path: Path) -> Path:
     return path
 
 
-def write_train_report(report: Dict[str, Any], out: Path) -> List[Path]:
+def write_train_report(report: Dict[str, Any], out: Path, name: str = "bench-train") -> List[Path]:
+    """<name>.json, <name>.md and <name>.png in `out` (make bench-train; make bench-cluster with its own name)."""
     out = Path(out)
-    paths = [_write_json(report, out / "bench-train.json")]
-    md = out / "bench-train.md"
+    paths = [_write_json(report, out / f"{name}.json")]
+    md = out / f"{name}.md"
     md.write_text(train_markdown(report))
     paths.append(md)
-    paths.append(train_plot(report, out / "bench-train.png"))
+    paths.append(train_plot(report, out / f"{name}.png"))
     return paths
 
 

@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -44,6 +45,16 @@ from typing import Any, Dict, List, Optional
 RESULT_PREFIX = "BENCH_RESULT "
 DEFAULT_OUT = "results/bench-train"
 FRAMEWORKS = ("pytorch", "tensorflow")
+DEFINITIONS = {
+    "wall_s": "process start -> trained model evaluated (cold start included)",
+    "startup_s": "process start -> end of the first training step (time to first step)",
+    "steady_samples_per_s": "training samples/s of all workers together, after the first epoch to the last step",
+    "train_s": "end of the first step -> end of the last step",
+    "fit_tail_s": "end of the last step -> the training call (loop / model.fit) returned",
+    "speedup": "baseline (plain, 1 thread) wall time / this wall time (seed 002)",
+    "efficiency": "speedup / workers",
+    "steady_vs_equal_cpu_baseline": "steady throughput / the plain baseline's with as many threads as workers",
+}
 
 
 def say(message: str) -> None:
@@ -85,6 +96,21 @@ def plan(settings: Dict[str, Any]) -> List[Dict[str, Any]]:
         for w in settings["workers"]:
             out.append({"key": f"{fw}/ray-{w}w", "framework": fw, "kind": "ray", "threads": 1, "workers": w})
     return out
+
+
+ONLY_KEY = re.compile(r"^(?P<framework>pytorch|tensorflow)/(?:plain-(?P<threads>[1-9][0-9]*)t|ray-(?P<workers>[1-9][0-9]*)w)$")
+
+
+def config_for(key: str) -> Dict[str, Any]:
+    """The configuration a key of the plan names (pytorch/plain-1t, tensorflow/ray-2w, ...)."""
+    match = ONLY_KEY.match(key)
+    if not match:
+        raise ValueError(f"{key!r}: expected <framework>/plain-<threads>t or <framework>/ray-<workers>w with "
+                         f"framework one of {', '.join(FRAMEWORKS)} (e.g. pytorch/plain-1t, pytorch/ray-2w)")
+    fw, threads, workers = match.group("framework"), match.group("threads"), match.group("workers")
+    if threads:
+        return {"key": key, "framework": fw, "kind": "plain", "threads": int(threads), "workers": 1}
+    return {"key": key, "framework": fw, "kind": "ray", "threads": 1, "workers": int(workers)}
 
 
 def label(cfg: Dict[str, Any]) -> str:
@@ -583,6 +609,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"),
                    help="join this Ray cluster for the Ray runs (default: $RAY_ADDRESS, else a local Ray per run)")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per run before giving up")
+    p.add_argument("--only", metavar="KEY",
+                   help="run this one configuration in this process (pytorch/plain-1t, pytorch/ray-2w, ...) and "
+                        "print its raw result on a line starting with 'BENCH_RESULT ' (a cluster job of "
+                        "make bench-cluster; the Ray runs join $RAY_ADDRESS, which a Ray job sets)")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--spawn", type=float, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -590,6 +620,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.one:
         payload = json.loads(args.one)
         raw = run_one(payload["config"], payload["settings"], args.spawn or CHILD_START, payload.get("rayAddress"))
+        print(RESULT_PREFIX + json.dumps(raw), flush=True)
+        return 0
+
+    if args.only:
+        try:
+            cfg = config_for(args.only)
+        except ValueError as exc:
+            p.error(str(exc))
+        settings = settings_from_args(args)
+        say(f"{cfg['key']}: {settings['epochs']} epoch(s), data {settings['data']['source']}, per-worker batch "
+            f"{settings['batchSize']}" + (f"; Ray at {args.ray_address}" if cfg["kind"] == "ray" and args.ray_address
+                                           else ""))
+        raw = run_one(cfg, settings, process_start_time() or CHILD_START,
+                      args.ray_address if cfg["kind"] == "ray" else None)
+        raw["settings"], raw["machine"] = settings, machine_info()
         print(RESULT_PREFIX + json.dumps(raw), flush=True)
         return 0
 
@@ -630,16 +675,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "machine": machine_info(),
         "rayAddress": args.ray_address or "local (one per Ray run)",
         "settings": settings,
-        "definitions": {
-            "wall_s": "process start -> trained model evaluated (cold start included)",
-            "startup_s": "process start -> end of the first training step (time to first step)",
-            "steady_samples_per_s": "training samples/s of all workers together, after the first epoch to the last step",
-            "train_s": "end of the first step -> end of the last step",
-            "fit_tail_s": "end of the last step -> the training call (loop / model.fit) returned",
-            "speedup": "baseline (plain, 1 thread) wall time / this wall time (seed 002)",
-            "efficiency": "speedup / workers",
-            "steady_vs_equal_cpu_baseline": "steady throughput / the plain baseline's with as many threads as workers",
-        },
+        "definitions": DEFINITIONS,
         "configurations": agg,
         "comparison": compare(agg, settings),
         "runs": runs,
