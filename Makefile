@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose retry watch bench-cluster
+.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose retry watch bench-cluster scan
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -22,11 +22,11 @@ render: setup-base ## render environments into apps/ (ENV=eks for one; default a
 check-rendered: setup-base ## fail (with the diff) when apps/ differs from a fresh render
 	@$(PY) -m generator check-rendered $(ENV_FLAG)
 
-diff: setup-base ## the rendered diff between BASE (default origin/main) and the working tree (FORMAT=markdown|text)
-	@$(PY) -m generator diff --base $(or $(BASE),origin/main) $(if $(FORMAT),--format $(FORMAT))
+diff: setup-base ## the rendered diff between BASE (default origin/main) and the working tree (FORMAT=markdown|text, MAX_CHARS=N)
+	@$(PY) -m generator diff --base $(or $(BASE),origin/main) $(if $(FORMAT),--format $(FORMAT)) $(if $(MAX_CHARS),--max-chars $(MAX_CHARS))
 
 validate: setup-base ## helm lint, schema validation (SCHEMAS=dir of CRDs) and policy checks of every environment
-	@$(PY) -m generator validate $(ENV_FLAG) $(if $(SCHEMAS),--schema-location $(SCHEMAS))
+	@$(PY) -m validation validate $(ENV_FLAG) $(if $(SCHEMAS),--schema-location $(SCHEMAS))
 
 schemas: setup-base ## download the pinned upstream CRDs into .cache/schemas (needs network)
 	@$(PY) -m validation fetch-schemas
@@ -36,7 +36,7 @@ bump-image: setup-base ## set the training image tag (TAG=0.2.0 keeps -cpu/-gpu/
 	@$(PY) -m generator bump-image --tag $(TAG)
 
 lint: setup-base ## helm lint --strict every chart with every environment's values
-	@$(PY) -m generator lint $(ENV_FLAG)
+	@$(PY) -m validation lint $(ENV_FLAG)
 
 chart-schemas: setup-base ## compose each chart's values.schema.json from charts/training-lib/cluster.schema.yaml
 	@$(PY) -m generator chart-schemas
@@ -44,7 +44,8 @@ chart-schemas: setup-base ## compose each chart's values.schema.json from charts
 values: setup-base ## print an environment's composed values (ENV=..., APP=... for one app's chart values)
 	@$(PY) -m generator values --env $(or $(ENV),minikube) $(if $(APP),--app $(APP))
 
-test: setup ## run the whole test suite
+test: setup ## ruff check (pyproject.toml's rules), then the whole test suite
+	@$(PY) -m ruff check .
 	@$(PY) -m pytest
 
 train: setup ## run a training job spec, locally or against RAY_ADDRESS (SPEC=..., OUTPUT=..., NAME=...)
@@ -109,6 +110,10 @@ watch: setup-base ## follow JOB to its end; AUTO_RETRY=N retries retryable failu
 
 bench-cluster: setup-base ## seed 002 on ENV's cluster: baseline and Ray Train as jobs through git; report in results/bench-cluster (BENCH_ARGS=--tiny ...)
 	@$(OPS) bench-cluster --env $(or $(ENV),minikube) $(BENCH_ARGS)
+
+scan: ## checkov on the pods running in ENV's namespace (all environments by default): scan: P passed, F failed, A accepted
+	@scripts/setup.sh scan
+	@$(OPS) scan $(ENV_FLAG)
 
 bench-render: setup-base ## time rendering: helm vs generator overhead, and 200 jobs x 4 environments
 	@$(PY) -m generator.bench

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from generator import versions
+
 ROOT = Path(__file__).resolve().parent.parent
 COMPONENTS_DIR = Path(__file__).resolve().parent / "components"
 DEFAULT_CACHE = ROOT / ".cache" / "e2e" / "bin"
@@ -72,7 +74,8 @@ COMPONENTS = [
     # is not available" for github.com/ray-project/kuberay/ray-operator@v1.7.0.zip (its .info and .mod are
     # served), so the e2e builds the newest release it does serve. See README "What make e2e proves".
     Component("kuberay", "github.com/ray-project/kuberay/ray-operator",
-              {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"}, pinned="v1.7.0"),
+              {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"},
+              pinned=f"v{versions.pinned().kuberay}"),
     Component("training-operator", "github.com/kubeflow/training-operator",
               {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"}),
     Component("argocd", "github.com/argoproj/argo-cd/v3", {"argocd": "github.com/argoproj/argo-cd/v3/cmd"},

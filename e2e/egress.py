@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 Resolver = Callable[[str, int], "tuple[str, int] | None"]
@@ -64,7 +64,7 @@ class ConnectProxy:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             await writer.drain()
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
             self.log(f"egress {self.name}: connection failed: {exc}")
         finally:
             writer.close()
@@ -100,7 +100,7 @@ class ConnectProxy:
                 up_writer.close()
             try:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
-            except (asyncio.IncompleteReadError, asyncio.TimeoutError):
+            except (TimeoutError, asyncio.IncompleteReadError):
                 return
 
 

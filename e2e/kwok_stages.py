@@ -153,7 +153,7 @@ def _not_held(stage: str) -> str:
 def write(path: Path, module_dir: Path | None = None) -> Path:
     stage_dir = (module_dir or kwok_module_dir()) / "kustomize" / "stage"
     docs = [(stage_dir / rel).read_text() for rel in UPSTREAM]
-    docs = [_not_held(doc) if rel.endswith("pod-ready.yaml") else doc for rel, doc in zip(UPSTREAM, docs)]
+    docs = [_not_held(doc) if rel.endswith("pod-ready.yaml") else doc for rel, doc in zip(UPSTREAM, docs, strict=True)]
     docs += [_finish_stage("e2e-pod-succeed", True), _finish_stage("e2e-pod-fail", False), HOLD_STAGE]
     path.write_text("\n---\n".join(doc.strip() + "\n" for doc in docs))
     return path

@@ -25,9 +25,9 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .egress import ServiceRoutes
 from .procs import Supervisor, free_port, in_mount_namespace

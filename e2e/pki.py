@@ -56,7 +56,7 @@ class CertificateAuthority:
     def __init__(self, directory: Path, name: str):
         self.directory = directory
         self.key = _key()
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         subject = _name(f"{name}-ca")
         self.certificate = (
             x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
@@ -74,7 +74,7 @@ class CertificateAuthority:
     def issue(self, stem: str, common_name: str, *, organization: str | None = None, server: bool = False,
               hosts: tuple[str, ...] = ()) -> KeyPair:
         key = _key()
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         usage = [ExtendedKeyUsageOID.SERVER_AUTH] if server else [ExtendedKeyUsageOID.CLIENT_AUTH]
         builder = (
             x509.CertificateBuilder().subject_name(_name(common_name, organization))

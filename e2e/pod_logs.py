@@ -10,7 +10,7 @@ evidence that the run ended, as a user's `kubectl logs -f` would be stopped.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .components import BY_NAME, module_dir
@@ -26,7 +26,7 @@ def crd_text(kwok_dir: Path | None = None) -> str:
 
 def cri_line(text: str, stream: str = "stdout", when: datetime | None = None) -> str:
     """One full line in the CRI log format: `<RFC3339Nano time> <stream> F <text>`."""
-    stamp = (when or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
+    stamp = (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%f000Z")
     return f"{stamp} {stream} F {text}\n"
 
 

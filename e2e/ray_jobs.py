@@ -19,8 +19,8 @@ from __future__ import annotations
 import http.server
 import json
 import threading
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 from .procs import free_port
 

@@ -5,7 +5,7 @@ PersistentVolume controller binds the two. Claims of other classes are left alon
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 STAND_IN_PROVISIONERS = ("fsx.csi.aws.com", "ebs.csi.aws.com", "efs.csi.aws.com")
 

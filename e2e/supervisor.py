@@ -17,11 +17,13 @@ from pathlib import Path
 
 import yaml
 
+from generator import versions
+
 from . import argo, components, controlplane, kube, kwok_stages, nodes, remotes, state, storage, webhook, world
 from .egress import ConnectProxy, ServiceRoutes
 from .operator_pods import OperatorPods
-from .ray_jobs import RayJobAPI
 from .procs import Supervisor, free_port, rss_bytes
+from .ray_jobs import RayJobAPI
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CLUSTER = "https://kubernetes.default.svc"
@@ -111,9 +113,9 @@ class Run:
         the_world.save(self.run_dir / "world.json")
         self.log("world map:\n  " + "\n  ".join(the_world.changes))
 
-        self.step("installing Argo CD v3.5.1 (CRDs, config) and starting its controllers")
+        self.step(f"installing Argo CD {versions.pinned().argocd} (CRDs, config) and starting its controllers")
         argocd = argo.ArgoCD(self.run_dir / "argocd", management.kubeconfig, management.context)
-        argocd.install(upstream_dir() / "argo-cd-v3.5.1" / "manifests" / "install.yaml")
+        argocd.install(upstream_dir() / f"argo-cd-{versions.pinned().argocd}" / "manifests" / "install.yaml")
         argocd.start(self.sup, bins)
 
         self.step("starting the operator pods' kubelet and the storage provisioner stand-in")

@@ -114,7 +114,7 @@ class World:
             indent=2, sort_keys=True))
 
     @classmethod
-    def load(cls, path: Path) -> "World":
+    def load(cls, path: Path) -> World:
         data = json.loads(path.read_text())
         return cls(urls=data["urls"], endpoints={
             real: Endpoint(e["server"], e["ca_pem"].encode(), Path(e["credential_file"]))

@@ -30,7 +30,7 @@ class Chart:
         return self.path / "values.schema.json"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _scan(charts_dir: Path) -> dict:
     charts = {}
     if charts_dir.is_dir():

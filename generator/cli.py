@@ -1,4 +1,5 @@
-"""python -m generator <command>: render, check-rendered, diff, validate, lint, chart-schemas, values, environments."""
+"""python -m generator <command>: render, check-rendered, diff, chart-schemas, values, environments, bump-image.
+(make validate and make lint run from the validation side: python -m validation validate | lint.)"""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from . import apps as apps_mod
-from . import argocd, charts, environments, helm, render
+from . import argocd, charts, environments, render
 from .errors import RenderError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,66 +99,6 @@ def cmd_chart_schemas(args) -> int:
     return 1 if (args.check and stale) else 0
 
 
-def cmd_lint(args) -> int:
-    """helm lint --strict of every chart with each environment's composed values (and on its defaults)."""
-    root = _root(args)
-    envs = [args.env] if args.env else environments.names(root)
-    failures = 0
-    for chart in charts.available(root).values():
-        helm.lint(root, chart.path, "default", "1.34.0", None, f"charts/{chart.name} (defaults)")
-        print(f"lint charts/{chart.name} (defaults): ok")
-    for name in envs:
-        env = environments.load(root, name)
-        for app in apps_mod.compose(root, env):
-            try:
-                helm.lint(root, app.chart.path, app.namespace, env.kubernetes_version, app.values.data,
-                          f"lint {app.key} (charts/{app.chart.name})")
-                print(f"lint {app.key} (charts/{app.chart.name}): ok")
-            except RenderError as exc:
-                print(exc)
-                failures += 1
-    return 1 if failures else 0
-
-
-def cmd_validate(args) -> int:
-    """make validate: helm lint, schema validation and policy checks of every environment (and argocd/)."""
-    from validation.env_facts import EnvFacts
-    from validation.kubeconform import KubeconformError
-    from validation.policy import check_policies
-    from validation.schema_location import MissingSchemasError
-    from validation.schema_validation import validate_manifests
-
-    root = _root(args)
-    envs = [args.env] if args.env else environments.names(root)
-    failed = cmd_lint(args) != 0
-    summaries = []
-    for name in envs:
-        env = environments.load(root, name)
-        try:
-            report = validate_manifests(root / "apps" / name, env.kubernetes_version, args.schema_location,
-                                        env_name=name)
-        except (MissingSchemasError, KubeconformError) as exc:
-            print(f"{name}: cannot validate: {exc}", file=sys.stderr)
-            return 2
-        print(report.render())
-        summaries.append(report.summary_line())
-        failed |= not report.ok
-        files = [root / f for f in env.files]
-        violations = check_policies(root / "apps" / name, EnvFacts.from_mapping(env.doc, name), files)
-        for violation in violations:
-            print(violation)
-        summaries.append(f"{name}: policy: {len(violations)} violations")
-        failed |= bool(violations)
-    if not args.env:
-        report = validate_manifests(root / "argocd" / "managed", environments.load(root, envs[0]).kubernetes_version,
-                                    args.schema_location, env_name="argocd")
-        print(report.render())
-        summaries.append(report.summary_line())
-        failed |= not report.ok
-    print("\n".join(["", "summary:"] + ["  " + s for s in summaries]))
-    return 1 if failed else 0
-
-
 def cmd_values(args) -> int:
     root = _root(args)
     env = environments.load(root, args.env)
@@ -178,7 +119,7 @@ def cmd_diff(args) -> int:
     from . import diff
 
     fmt = args.format or ("text" if sys.stdout.isatty() else "markdown")
-    text, _ = diff.rendered_diff(_root(args), args.base, fmt)
+    text, _ = diff.rendered_diff(_root(args), args.base, fmt, args.max_chars)
     sys.stdout.write(text)
     return 0
 
@@ -218,16 +159,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="only report stale files (exit 1 if any)")
     p.set_defaults(func=cmd_chart_schemas)
 
-    p = sub.add_parser("lint", help="helm lint --strict every chart with every environment's values")
-    p.add_argument("--env")
-    p.set_defaults(func=cmd_lint)
-
-    p = sub.add_parser("validate", help="helm lint, schema validation and policy checks (make validate)")
-    p.add_argument("--env")
-    p.add_argument("--schema-location", help="directory of CRDs (default: $RAY_GITOPS_SCHEMA_LOCATION, "
-                                             "else .cache/schemas)")
-    p.set_defaults(func=cmd_validate)
-
     p = sub.add_parser("values", help="print an environment's composed document, or one app's chart values")
     p.add_argument("--env", required=True)
     p.add_argument("--app")
@@ -237,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--base", default="origin/main", help="base git ref (default: origin/main)")
     p.add_argument("--format", choices=["text", "markdown"],
                    help="default: text on a terminal, markdown otherwise (a PR comment)")
+    p.add_argument("--max-chars", type=int,
+                   help="markdown: at most this many characters (whole resources while they fit, the rest listed by "
+                        "name); the pull-request comment uses 60000 (GitHub's limit is 65536)")
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("bump-image", help="set the training image tag in every environment file, then re-render")

@@ -8,8 +8,8 @@ with a summary (added / changed / removed per environment), as plain text or as 
 from __future__ import annotations
 
 import difflib
-import re
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -55,7 +55,7 @@ def _canonical(doc) -> list[str]:
     return yaml.safe_dump(doc, sort_keys=True, default_flow_style=False, width=120).splitlines(keepends=True)
 
 
-_RUN_HASH = re.compile(r"-[0-9a-f]{8}(?=(-spec)?\.yaml$)")
+_RUN_HASH = re.compile(r"-[0-9a-f]{8}(?=(-spec|-ingress)?\.yaml$)")  # a run's job, its spec, its NetworkPolicy
 
 
 def _pair_runs(a: dict, b: dict) -> dict:
@@ -127,23 +127,49 @@ def format_text(changes: list[Change], envs: list[str], base_ref: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def format_markdown(changes: list[Change], envs: list[str], base_ref: str) -> str:
+# A GitHub comment holds 65536 characters; what the pull-request workflow posts stays under this.
+COMMENT_LIMIT = 60000
+
+
+def format_markdown(changes: list[Change], envs: list[str], base_ref: str, max_chars: int | None = None) -> str:
+    """The PR comment. With max_chars, whole resources are shown while they fit; the rest are listed by name (the
+    full diff is in the job log): never a resource, a line or a code fence cut in the middle."""
     out = [f"### Rendered diff: `{base_ref}` → this branch", "",
            "| environment | added | changed | removed |", "| --- | ---: | ---: | ---: |"]
     for env, counts in summary(changes, envs).items():
         out.append(f"| {env} | {counts['added']} | {counts['changed']} | {counts['removed']} |")
     if not changes:
         out += ["", "No rendered change."]
+    text = "\n".join(out) + "\n"
+    budget = None if max_chars is None else max_chars - 2000  # room for the list of what was left out
+    left_out: list[Change] = []
     current = (None, None)
     for c in changes:
+        block = []
         if c.env != current[0]:
-            out += ["", f"#### {c.env}"]
+            block += ["", f"#### {c.env}"]
         if (c.env, c.app) != current:
-            out += ["", f"**{c.app}**", ""]
-            current = (c.env, c.app)
-        out += [f"<details><summary>{c.status}: <code>{c.resource}</code></summary>", "", "```diff",
-                *[l.rstrip("\n") for l in c.diff], "```", "</details>"]
-    return "\n".join(out) + "\n"
+            block += ["", f"**{c.app}**", ""]
+        block += [f"<details><summary>{c.status}: <code>{c.resource}</code></summary>", "", "```diff",
+                  *[l.rstrip("\n") for l in c.diff], "```", "</details>"]
+        chunk = "\n".join(block) + "\n"
+        if left_out or (budget is not None and len(text) + len(chunk) > budget):
+            left_out.append(c)
+            continue
+        text += chunk
+        current = (c.env, c.app)
+    if left_out:
+        names = [f"`{c.env}/{c.app}/{c.resource}` ({c.status})" for c in left_out]
+        note = ["", f"**{len(left_out)} more resource(s) not shown** (the comment's size limit); the full diff is in "
+                     f"the job's log, or run `make diff BASE={base_ref}`:", ""]
+        listed = []
+        for name in names:
+            if budget is not None and len(text) + sum(len(x) + 3 for x in note + listed) + len(name) > max_chars - 100:
+                listed.append(f"- … and {len(names) - len(listed)} more")
+                break
+            listed.append(f"- {name}")
+        text += "\n".join(note + listed) + "\n"
+    return text
 
 
 def render_ref(repo: Path, ref: str, dest: Path) -> None:
@@ -168,12 +194,15 @@ def render_ref(repo: Path, ref: str, dest: Path) -> None:
                            capture_output=True, text=True)
 
 
-def rendered_diff(repo: Path, base_ref: str, fmt: str) -> tuple[str, list[Change]]:
+def rendered_diff(repo: Path, base_ref: str, fmt: str, max_chars: int | None = None) -> tuple[str, list[Change]]:
     with tempfile.TemporaryDirectory(prefix="diff-") as tmp:
         base, head = Path(tmp) / "base", Path(tmp) / "head"
         render_ref(repo, base_ref, base)
         render.render(repo, None, head)
         changes = compare(base, head)
         envs = sorted({c.env for c in changes} | set(environments.names(repo)))
-    text = (format_markdown if fmt == "markdown" else format_text)(changes, envs, base_ref)
+    if fmt == "markdown":
+        text = format_markdown(changes, envs, base_ref, max_chars)
+    else:
+        text = format_text(changes, envs, base_ref)
     return text, changes

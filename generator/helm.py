@@ -25,7 +25,7 @@ def binary(root: Path | None = None) -> str:
     return _binary(os.environ.get("HELM"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _binary(env_helm) -> str:
     candidates = [env_helm, str(PROJECT / ".tools" / "bin" / "helm"), shutil.which("helm")]
     seen = []

@@ -47,13 +47,13 @@ class Layer:
                 return default
         return node
 
-    def sub(self, *path) -> "Layer":
+    def sub(self, *path) -> Layer:
         """The layer under `path`, with origins re-keyed relative to it."""
         n = len(path)
         origins = {p[n:]: loc for p, loc in self.origins.items() if p[:n] == tuple(path)}
         return Layer(copy.deepcopy(self.get(*path)), origins)
 
-    def under(self, *prefix) -> "Layer":
+    def under(self, *prefix) -> Layer:
         """This layer placed under `prefix`."""
         data = self.data
         for part in reversed(prefix):

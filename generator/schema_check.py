@@ -13,7 +13,7 @@ from .layers import Layer
 from .templating import is_template
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_schema(path: Path) -> jsonschema.protocols.Validator:
     text = path.read_text()
     schema = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

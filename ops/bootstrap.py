@@ -20,10 +20,12 @@ from pathlib import Path
 
 import yaml
 
+from generator import versions
+
 from . import status as status_mod
 from .targets import EXIT_NOT_HEALTHY, EXIT_TIMEOUT, EXIT_UNREACHABLE, Clients, OpsError, Target
 
-ARGOCD_VERSION = "v3.5.1"
+ARGOCD_VERSION = versions.pinned().argocd
 INSTALL = (f"kubectl create namespace argocd && kubectl apply -n argocd --server-side -f "
            f"https://raw.githubusercontent.com/argoproj/argo-cd/{ARGOCD_VERSION}/manifests/install.yaml")
 

@@ -1,4 +1,4 @@
-"""python -m ops bootstrap | status | logs | diagnose | retry | watch | bench-cluster
+"""python -m ops bootstrap | status | logs | diagnose | retry | watch | bench-cluster | scan
 (make bootstrap ENV=..., make status, ...)
 
 Exit codes: 0 done / healthy; 1 not healthy (a failed job, an app not synced, a failure that needs a change);
@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from .targets import EXIT_BAD_INPUT, EXIT_NOT_HEALTHY, Clients, OpsError, environment_names, target
+from .targets import EXIT_NOT_HEALTHY, Clients, OpsError, environment_names, target
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,6 +110,22 @@ def cmd_bench_cluster(args) -> int:
                          timeout=args.timeout, poll=args.poll)
 
 
+def cmd_scan(args) -> int:
+    from . import scan
+    allowlist = scan.load_allowlist(Path(args.allowlist) if args.allowlist else scan.ALLOWLIST)
+    results = []
+    for env in _envs(args):
+        tgt = target(_root(args), env, args.kubeconfig)
+        result = scan.scan(Clients(tgt.kubeconfig), tgt, allowlist, Path(args.keep) / env if args.keep else None)
+        print(scan.render(result), flush=True)
+        results.append(result)
+    if len(results) > 1:
+        total = scan.Result("all", sum(r.pods for r in results), sum(r.passed for r in results),
+                            [f for r in results for f in r.findings])
+        print(total.summary())
+    return scan.exit_code(results)
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -162,6 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep", action="store_true", help="keep the two benchmark jobs in the environment after")
     p.add_argument("--timeout", type=float, default=3600, help="seconds for the whole benchmark")
     p.add_argument("--poll", type=float, default=5)
+    p = add("scan", cmd_scan, "checkov on the pods running in the environment's namespace (all environments by "
+            "default); accepted findings in security/checkov-allowlist.yaml")
+    p.add_argument("--allowlist", help="default: security/checkov-allowlist.yaml")
+    p.add_argument("--keep", help="keep the scanned manifests under this folder (one per environment)")
     return parser
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .targets import EXIT_BAD_INPUT, OpsError, Target
 
@@ -63,7 +63,7 @@ class Run:
         start = self.started
         if start is None:
             return None
-        return ((self.ended or datetime.now(timezone.utc)) - start).total_seconds()
+        return ((self.ended or datetime.now(UTC)) - start).total_seconds()
 
     @property
     def attempts(self) -> int:
@@ -131,7 +131,7 @@ def find(clients, target: Target, job: str) -> Run:
                        f"{', '.join(o['metadata']['name'] for _, o in matches)}; remove one of them from the "
                        f"environment", EXIT_BAD_INPUT)
     if not matches:
-        known = sorted(set((target.doc.get("jobs") or {})) | {job_of(o["metadata"]["name"]) or "?"
+        known = sorted(set(target.doc.get("jobs") or {}) | {job_of(o["metadata"]["name"]) or "?"
                                                              for _, o in runs(custom, target.namespace)})
         raise NoRun(f"no job {job!r} in environment {target.env} (namespace {target.namespace} on context "
                        f"{target.context}); known jobs: {', '.join(j for j in known if j != '?') or 'none'}",

@@ -18,7 +18,7 @@ from .targets import EXIT_BAD_INPUT, OpsError, Target
 def current_run(target: Target, job: str) -> int:
     entry = (target.doc.get("jobs") or {}).get(job)
     if not entry:
-        known = ", ".join(sorted((target.doc.get("jobs") or {}))) or "none"
+        known = ", ".join(sorted(target.doc.get("jobs") or {})) or "none"
         raise OpsError(f"environment {target.env} has no job {job!r}; its jobs: {known}", EXIT_BAD_INPUT)
     return int((entry.get("job") or {}).get("run") or 0)
 

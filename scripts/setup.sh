@@ -3,6 +3,7 @@
 #
 #   scripts/setup.sh base    # the render path: jinja2, pyyaml, ruamel.yaml, jsonschema + helm
 #   scripts/setup.sh all     # everything: tests, validation, training (torch, ray, tensorflow, xgboost)
+#   scripts/setup.sh scan    # base + checkov (make scan) in its own virtualenv, .tools/checkov
 #
 # Each stage writes a stamp file holding a hash of pyproject.toml, so a second run does nothing
 # unless the pins changed. helm: a helm >= 3.14 on PATH is used as it is; otherwise helm 4.1.4 is
@@ -104,10 +105,26 @@ ensure_e2e_system() {
   command -v unshare >/dev/null 2>&1 || { say "unshare (util-linux) is needed"; return 1; }
 }
 
+# checkov (make scan) in a virtualenv of its own: its pins (boto3, networkx, ...) are not this project's, and it is a
+# tool we run, not a library we import. The version is ops/scan.py's CHECKOV_VERSION.
+ensure_checkov() {
+  local version; version=$(sed -n 's/^CHECKOV_VERSION = "\(.*\)"$/\1/p' ops/scan.py)
+  local tool=.tools/checkov
+  if [ -x "$tool/bin/checkov" ] && [ "$(cat "$tool/.version" 2>/dev/null)" = "$version" ]; then return 0; fi
+  say "installing checkov $version into $tool"
+  local start=$SECONDS python; python=$(find_python)
+  rm -rf "$tool" && "$python" -m venv "$tool"
+  "$tool/bin/python" -m pip install --quiet --disable-pip-version-check "checkov==$version" \
+    2> >(grep -v "^WARNING: Location '" >&2)
+  echo "$version" > "$tool/.version"
+  say "  done in $((SECONDS - start)) s"
+}
+
 case "$profile" in
   base) ensure_venv; install_extras base ".[dev]"; ensure_helm ;;
   all)  ensure_venv; install_extras base ".[dev]"; install_extras all ".[dev,train]"; ensure_helm ;;
   helm) ensure_venv; ensure_helm ;;
-  e2e)  ensure_venv; install_extras base ".[dev]"; ensure_helm; ensure_e2e_system ;;
-  *) say "usage: scripts/setup.sh [base|all|helm|e2e]"; exit 2 ;;
+  e2e)  ensure_venv; install_extras base ".[dev]"; ensure_helm; ensure_e2e_system; ensure_checkov ;;
+  scan) ensure_venv; install_extras base ".[dev]"; ensure_checkov ;;
+  *) say "usage: scripts/setup.sh [base|all|helm|e2e|scan]"; exit 2 ;;
 esac

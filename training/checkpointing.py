@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from training import storage
 from training.errors import CheckpointError
@@ -35,7 +35,7 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def _files(directory: str) -> List[str]:
+def _files(directory: str) -> list[str]:
     out = []
     for root, _, names in os.walk(directory):
         for name in names:
@@ -45,8 +45,8 @@ def _files(directory: str) -> List[str]:
     return sorted(out)
 
 
-def write_manifest(directory: str, *, epoch: int, framework: str, history: List[dict], metrics: Dict[str, Any],
-                   extra: Optional[Dict[str, Any]] = None) -> dict:
+def write_manifest(directory: str, *, epoch: int, framework: str, history: list[dict], metrics: dict[str, Any],
+                   extra: dict[str, Any] | None = None) -> dict:
     """Write ``training_checkpoint.json`` describing the files already in ``directory``."""
     meta = {
         "format": FORMAT_VERSION,
@@ -72,7 +72,7 @@ def _check_meta(meta: Any, where: str) -> dict:
     return meta
 
 
-def verify_local(directory: str, framework: Optional[str] = None) -> dict:
+def verify_local(directory: str, framework: str | None = None) -> dict:
     """Verify a checkpoint folder on local disk; return its manifest. Raises ``CheckpointError``."""
     meta_path = os.path.join(directory, META_FILE)
     if not os.path.isdir(directory):
@@ -98,7 +98,7 @@ def verify_local(directory: str, framework: Optional[str] = None) -> dict:
     return meta
 
 
-def verify(path: str, framework: Optional[str] = None) -> dict:
+def verify(path: str, framework: str | None = None) -> dict:
     """Verify a checkpoint folder given as a local path or a storage URI (driver-side check)."""
     if not storage.is_uri(path) or path.startswith("file://"):
         return verify_local(path[len("file://"):] if path.startswith("file://") else path, framework)
@@ -125,7 +125,7 @@ def verify(path: str, framework: Optional[str] = None) -> dict:
     return meta
 
 
-def latest_in_run(run_path: str) -> Optional[str]:
+def latest_in_run(run_path: str) -> str | None:
     """The checkpoint Ray Train would hand to ``get_checkpoint()`` when this run is started again, or None.
 
     Read from Ray Train's ``checkpoint_manager_snapshot.json`` in the run folder.
@@ -149,7 +149,7 @@ def latest_in_run(run_path: str) -> Optional[str]:
     return storage.join(run_path, name)
 
 
-def checkpoint_to_resume(job: dict, run_path: str) -> Optional[str]:
+def checkpoint_to_resume(job: dict, run_path: str) -> str | None:
     """The checkpoint the first worker group of this run will load: the run's own latest, else ``resumeFrom``."""
     own = latest_in_run(run_path)
     if own:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import List, Optional
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m training",
         description="Distributed training on Ray Train from a job spec (YAML or JSON).",

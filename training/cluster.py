@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from training.errors import ClusterConnectError, ResourceError
 
@@ -33,7 +33,7 @@ def _export_import_path() -> None:
 class RaySession:
     """Context manager: connect (or start), and on exit shut down only what this object started."""
 
-    def __init__(self, address: Optional[str] = None, *, num_cpus: Optional[int] = None, quiet: bool = True):
+    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, quiet: bool = True):
         self.address = address if address is not None else os.environ.get("RAY_ADDRESS") or None
         self.num_cpus = num_cpus
         self.quiet = quiet
@@ -41,7 +41,7 @@ class RaySession:
         self.init_seconds = 0.0
         self.kind = ""
 
-    def __enter__(self) -> "RaySession":
+    def __enter__(self) -> RaySession:
         import ray
 
         t0 = time.time()
@@ -89,13 +89,13 @@ class RaySession:
             ray.shutdown()
 
 
-def cluster_status(detail: bool = False) -> Dict[str, Any]:
+def cluster_status(detail: bool = False) -> dict[str, Any]:
     """Seed 000's ``clusterStatus`` (numNodes, totalCpu, totalGpu); with ``detail``, per-node resources too."""
     import ray
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     total = ray.cluster_resources()
-    status: Dict[str, Any] = {
+    status: dict[str, Any] = {
         "numNodes": len(nodes),
         "totalCpu": float(total.get(CPU, 0.0)),
         "totalGpu": float(total.get(GPU, 0.0)),
@@ -118,7 +118,7 @@ def cluster_status(detail: bool = False) -> Dict[str, Any]:
     return status
 
 
-def _per_node(kind: str) -> List[Dict[str, float]]:
+def _per_node(kind: str) -> list[dict[str, float]]:
     import ray
     from ray._private import state
 
@@ -129,7 +129,7 @@ def _per_node(kind: str) -> List[Dict[str, float]]:
         return [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
 
 
-def _fits(per_node: List[Dict[str, float]], bundle: Dict[str, float], count: int) -> int:
+def _fits(per_node: list[dict[str, float]], bundle: dict[str, float], count: int) -> int:
     """How many of ``count`` identical bundles a first-fit placement can put on these nodes."""
     free = [dict(n) for n in per_node]
     placed = 0
@@ -143,19 +143,19 @@ def _fits(per_node: List[Dict[str, float]], bundle: Dict[str, float], count: int
     return placed
 
 
-def _describe(per_node: List[Dict[str, float]]) -> str:
+def _describe(per_node: list[dict[str, float]]) -> str:
     parts = [f"node {i}: {n.get(CPU, 0):g} CPU, {n.get(GPU, 0):g} GPU" for i, n in enumerate(per_node)]
     return "; ".join(parts) or "no nodes"
 
 
-def worker_bundle(job: Dict[str, Any]) -> Dict[str, float]:
+def worker_bundle(job: dict[str, Any]) -> dict[str, float]:
     bundle = {CPU: float(job["cpuPerWorker"])}
     if job["gpuPerWorker"]:
         bundle[GPU] = float(job["gpuPerWorker"])
     return bundle
 
 
-def check_resources(job: Dict[str, Any], *, wait_seconds: Optional[float] = None, poll: float = 1.0) -> Dict[str, Any]:
+def check_resources(job: dict[str, Any], *, wait_seconds: float | None = None, poll: float = 1.0) -> dict[str, Any]:
     """Fail fast (``ResourceError``) unless ``numWorkers`` bundles fit the cluster.
 
     Beyond the cluster's totals: fail at once, listing what the nodes have. Within the totals but not free right

@@ -13,8 +13,9 @@ counts deadlock collective ops). Each worker keeps only its own shard in memory.
 from __future__ import annotations
 
 import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Tuple
+from typing import Any
 
 import numpy as np
 
@@ -36,13 +37,13 @@ class Shard:
     x_val: np.ndarray
     y_val: np.ndarray
     num_classes: int
-    input_shape: Tuple[int, int, int]
+    input_shape: tuple[int, int, int]
     source: str
     total_train: int
     total_val: int
-    label_names: Tuple[str, ...] = ()
+    label_names: tuple[str, ...] = ()
 
-    def tabular(self) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def tabular(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Flattened features for tree models."""
         return (
             self.x_train.reshape(len(self.x_train), -1),
@@ -104,7 +105,7 @@ def _get(d: dict, key: str):
     return d[key.encode()] if key.encode() in d else d[key]
 
 
-def read_cifar10_batch(path: str) -> Tuple[np.ndarray, np.ndarray]:
+def read_cifar10_batch(path: str) -> tuple[np.ndarray, np.ndarray]:
     """One pickle batch -> (images uint8 NHWC, labels int64)."""
     d = _unpickle(path)
     try:
@@ -119,7 +120,7 @@ def read_cifar10_batch(path: str) -> Tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
-def read_cifar10_meta(root: str) -> Tuple[str, ...]:
+def read_cifar10_meta(root: str) -> tuple[str, ...]:
     d = _unpickle(storage.join(root, CIFAR_META_FILE))
     try:
         names = _get(d, "label_names")

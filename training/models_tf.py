@@ -9,7 +9,7 @@ validation accuracy near chance). Import only after ``TF_USE_LEGACY_KERAS=1`` is
 from __future__ import annotations
 
 import os
-from typing import Sequence, Tuple
+from collections.abc import Sequence
 
 
 def keras():
@@ -21,7 +21,7 @@ def keras():
 
 
 def build_cnn(
-    input_shape: Tuple[int, int, int],
+    input_shape: tuple[int, int, int],
     num_classes: int,
     filters: Sequence[int] = (64, 128, 256),
     dense: int = 512,

@@ -7,11 +7,11 @@ Parameters: ~3.25 M for 32x32x3 inputs, ~1.3 M for 8x8x1.
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from collections.abc import Sequence
 
 
 def build_cnn(
-    input_shape: Tuple[int, int, int],
+    input_shape: tuple[int, int, int],
     num_classes: int,
     filters: Sequence[int] = (64, 128, 256),
     dense: int = 512,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Dict, Optional
+from typing import Any
 
 from training import storage
 from training.errors import TrainingJobError
@@ -35,13 +35,13 @@ def _clean(value: Any) -> Any:
     return str(value)
 
 
-def error_result(err: BaseException, *, name: Optional[str] = None, mode: Optional[str] = None,
-                 cluster: Optional[dict] = None, training_time: float = 0.0, timings: Optional[dict] = None) -> dict:
+def error_result(err: BaseException, *, name: str | None = None, mode: str | None = None,
+                 cluster: dict | None = None, training_time: float = 0.0, timings: dict | None = None) -> dict:
     if isinstance(err, TrainingJobError):
         error = err.to_dict()
     else:
         error = {"type": "internal", "message": f"{type(err).__name__}: {err}"}
-    out: Dict[str, Any] = {
+    out: dict[str, Any] = {
         "status": "error",
         "results": {},
         "trainingTime": round(float(training_time), 3),
@@ -65,7 +65,7 @@ def validate_result(result: dict) -> None:
     jsonschema.Draft202012Validator(load_schema(RESULT_SCHEMA)).validate(result)
 
 
-def default_result_path(job: Optional[dict]) -> Optional[str]:
+def default_result_path(job: dict | None) -> str | None:
     if not job:
         return None
     from training.spec import run_path

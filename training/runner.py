@@ -14,7 +14,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 from training import checkpointing, storage
 from training.env import apply_quiet_defaults
@@ -25,7 +25,15 @@ from training.errors import (
     TrainingJobError,
 )
 from training.result import clean, default_result_path, error_result, validate_result, write_result
-from training.spec import DEFAULT_NAME, DEFAULT_STORAGE, STORAGE_ENV, hyperparameters, load_job, load_spec_file, run_path
+from training.spec import (
+    DEFAULT_NAME,
+    DEFAULT_STORAGE,
+    STORAGE_ENV,
+    hyperparameters,
+    load_job,
+    load_spec_file,
+    run_path,
+)
 
 EXIT_CODES = {
     "spec": 2,
@@ -49,7 +57,7 @@ def say(message: str) -> None:
 
 # ---------------------------------------------------------------- test hooks (environment of the driver)
 
-def _test_hooks(job: Dict[str, Any], environ) -> None:
+def _test_hooks(job: dict[str, Any], environ) -> None:
     fault = environ.get(FAULT_ENV)
     if fault:
         parts = dict(p.split("=", 1) for p in fault.split(",") if "=" in p)
@@ -95,7 +103,7 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:400]
 
 
-def _training_failure(exc: BaseException, job: Dict[str, Any]) -> TrainingJobError:
+def _training_failure(exc: BaseException, job: dict[str, Any]) -> TrainingJobError:
     """One clear error out of Ray's wrappers. A worker's own ``TrainingJobError`` (bad data, bad checkpoint) wins;
     otherwise a worker whose process died is named first (the others then fail in their collectives)."""
     failures = getattr(exc, "worker_failures", None) or {}
@@ -140,7 +148,7 @@ def _fallback_result_path(spec_path: str, environ) -> str:
 
 # ---------------------------------------------------------------- modes
 
-def _success_train(job: Dict[str, Any], fit_result, cluster: dict, fit_s: float) -> dict:
+def _success_train(job: dict[str, Any], fit_result, cluster: dict, fit_s: float) -> dict:
     rv = fit_result.return_value or {}
     history = rv.get("history") or []
     ck = job["checkpoint"]
@@ -161,7 +169,7 @@ def _success_train(job: Dict[str, Any], fit_result, cluster: dict, fit_s: float)
     if best_value is None and isinstance(final.get(metric), (int, float)):
         best_value = final[metric]
 
-    results: Dict[str, Any] = {
+    results: dict[str, Any] = {
         "bestConfig": hyperparameters(job),
         "numTrials": 1,
         "completedTrials": 1,
@@ -198,7 +206,7 @@ def _success_train(job: Dict[str, Any], fit_result, cluster: dict, fit_s: float)
     return out
 
 
-def _pre_ray_checks(job: Dict[str, Any]) -> Tuple[Optional[Any], Optional[str]]:
+def _pre_ray_checks(job: dict[str, Any]) -> tuple[Any | None, str | None]:
     """Trainer function, data path and resume checkpoint: checked before Ray starts."""
     from training.data import check_source
 
@@ -227,9 +235,9 @@ def _pre_ray_checks(job: Dict[str, Any]) -> Tuple[Optional[Any], Optional[str]]:
     return user_fn, resume
 
 
-def run(spec_path: str, output: Optional[str] = None, environ=None, name: Optional[str] = None, *,
-        resume: bool = False, sets: Optional[List[str]] = None,
-        num_samples: Optional[int] = None) -> Tuple[int, dict, Optional[str]]:
+def run(spec_path: str, output: str | None = None, environ=None, name: str | None = None, *,
+        resume: bool = False, sets: list[str] | None = None,
+        num_samples: int | None = None) -> tuple[int, dict, str | None]:
     """Run a spec file; returns (exit code, result dict, where the result was written).
 
     ``name`` overrides the spec's ``name`` (a new name starts a new run instead of resuming the old one).
@@ -238,9 +246,9 @@ def run(spec_path: str, output: Optional[str] = None, environ=None, name: Option
     environ = os.environ if environ is None else environ
     apply_quiet_defaults()
     t0 = time.time()
-    timings: Dict[str, float] = {}
-    job: Optional[Dict[str, Any]] = None
-    cluster: Optional[dict] = None
+    timings: dict[str, float] = {}
+    job: dict[str, Any] | None = None
+    cluster: dict | None = None
     fit_s = 0.0
     code = 0
     try:
@@ -296,6 +304,7 @@ def run(spec_path: str, output: Optional[str] = None, environ=None, name: Option
                 check_resources(job)
                 timings["resourceCheck"] = round(time.time() - t, 3)
                 import ray.train
+
                 from training.trainers import build_trainer
 
                 trainer = build_trainer(job, user_fn)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from training.errors import SpecError
 

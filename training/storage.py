@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from typing import Tuple
 
 
 def is_uri(path: str) -> bool:
@@ -55,7 +54,7 @@ def write_bytes(path: str, data: bytes) -> None:
         fh.write(data)
 
 
-def split_uri(path: str) -> Tuple[str, str]:
+def split_uri(path: str) -> tuple[str, str]:
     """('s3', 'bucket/key') or ('file', '/abs/path')."""
     if is_uri(path):
         scheme, rest = path.split("://", 1)

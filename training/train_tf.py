@@ -8,7 +8,7 @@ Saving under MWMS is collective, so every rank writes a checkpoint (non-zero ran
 from __future__ import annotations
 
 import os
-from typing import Any, Dict
+from typing import Any
 
 from training.env import TF_WORKER_ENV
 from training.errors import CheckpointError
@@ -16,7 +16,7 @@ from training.errors import CheckpointError
 TF_CKPT_PREFIX = "tf/ckpt"
 
 
-def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
+def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     for key, value in TF_WORKER_ENV.items():  # before TensorFlow is imported
         os.environ.setdefault(key, value)
     from training.worker import WorkerContext

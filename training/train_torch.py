@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Dict
+from typing import Any
 
 from training.errors import CheckpointError
 from training.worker import WorkerContext
@@ -21,7 +21,7 @@ def _allreduce_sum(values, device):
     return t.tolist()
 
 
-def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
+def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
     from ray.train.torch import get_device, prepare_model

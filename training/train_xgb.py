@@ -8,7 +8,7 @@ the images flattened to pixel features. An "epoch" is one boosting round; the bo
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any
 
 from training.errors import CheckpointError
 from training.worker import WorkerContext
@@ -16,7 +16,7 @@ from training.worker import WorkerContext
 MODEL_FILE = "model.ubj"
 
 
-def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
+def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     import os
 
     import xgboost as xgb
@@ -63,7 +63,7 @@ def train_loop(config: Dict[str, Any]) -> Dict[str, Any]:
 
     for epoch in ctx.epochs():
         ctx.batch_hook(epoch, 0, 1)
-        evals_result: Dict[str, Any] = {}
+        evals_result: dict[str, Any] = {}
         booster = xgb.train(params, dtrain, num_boost_round=1, xgb_model=booster,
                             evals=[(dtrain, "train"), (dval, "val")], evals_result=evals_result, verbose_eval=False)
         metrics = {

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from collections.abc import Callable
+from typing import Any
 
 from training.env import TF_WORKER_ENV
 from training.errors import SpecError
@@ -10,7 +11,7 @@ from training.errors import SpecError
 FRAMEWORKS = ("pytorch", "tensorflow", "xgboost")
 
 
-def builtin_loop(framework: str) -> Callable[[Dict[str, Any]], Dict[str, Any]]:
+def builtin_loop(framework: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
     if framework == "pytorch":
         from training.train_torch import train_loop
     elif framework == "tensorflow":
@@ -46,14 +47,14 @@ def torch_config():
     return TorchConfig(timeout_s=seconds)
 
 
-def build_trainer(job: Dict[str, Any], user_fn: Optional[Callable] = None):
+def build_trainer(job: dict[str, Any], user_fn: Callable | None = None):
     import ray.train
 
     framework = job["framework"]
     if framework not in FRAMEWORKS:
         raise SpecError(f"unknown framework {framework!r}; choose one of {', '.join(FRAMEWORKS)}",
                         field="trainConfig.framework")
-    config: Dict[str, Any] = {"job": job}
+    config: dict[str, Any] = {"job": job}
     if user_fn is not None:
         from training.user_trainer import user_loop
 

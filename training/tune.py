@@ -18,10 +18,11 @@ import signal
 import sys
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from training import storage
-from training.errors import ResourceError, SpecError, TrainingFailed
+from training.errors import ResourceError, SpecError
 from training.spec import hyperparameters, run_path
 
 #: Written by Tune into the experiment folder; its presence means "there is an experiment to resume".
@@ -35,7 +36,7 @@ FAULT_ENV = "TRAINING_FAULT_INJECTION"
 #: run, so by default it asks for no CPU and this much memory.
 DRIVER_MEMORY = 64 * 2**20
 
-_ABORT: Dict[str, str] = {}
+_ABORT: dict[str, str] = {}
 
 
 def say(message: str) -> None:
@@ -44,11 +45,11 @@ def say(message: str) -> None:
 
 # ---------------------------------------------------------------- before Ray: resume or not
 
-def experiment_exists(job: Dict[str, Any]) -> bool:
+def experiment_exists(job: dict[str, Any]) -> bool:
     return storage.exists(storage.join(run_path(job), TUNER_STATE_FILE))
 
 
-def check_resume(job: Dict[str, Any], resume: bool) -> bool:
+def check_resume(job: dict[str, Any], resume: bool) -> bool:
     """True when this run continues an existing experiment. Without ``--resume`` an existing experiment is an error
     (a new search would mix its trials into the old folder)."""
     exists = experiment_exists(job)
@@ -64,7 +65,7 @@ def check_resume(job: Dict[str, Any], resume: bool) -> bool:
 
 # ---------------------------------------------------------------- search space, scheduler
 
-def domain(entry: Dict[str, Any]):
+def domain(entry: dict[str, Any]):
     from ray import tune
 
     t = entry["type"]
@@ -83,11 +84,11 @@ def domain(entry: Dict[str, Any]):
     raise SpecError(f"unknown distribution {t!r}", field="tuneConfig.searchSpace")
 
 
-def param_space(tcfg: Dict[str, Any]) -> Dict[str, Any]:
+def param_space(tcfg: dict[str, Any]) -> dict[str, Any]:
     return {key: domain(entry) for key, entry in tcfg["searchSpace"].items()}
 
 
-def make_scheduler(tcfg: Dict[str, Any]):
+def make_scheduler(tcfg: dict[str, Any]):
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, PopulationBasedTraining
 
     name, o = tcfg["scheduler"], tcfg["schedulerConfig"]
@@ -108,7 +109,7 @@ def make_scheduler(tcfg: Dict[str, Any]):
 
 # ---------------------------------------------------------------- resources
 
-def trial_resources(job: Dict[str, Any]) -> Tuple[Dict[str, float], Dict[str, float]]:
+def trial_resources(job: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
     """(what the trial's own process holds, what the whole trial holds) in Ray resource names."""
     tcfg = job["tune"]
     own = {"CPU": tcfg["resourcesPerTrial"]["cpu"], "GPU": tcfg["resourcesPerTrial"]["gpu"]}
@@ -119,7 +120,7 @@ def trial_resources(job: Dict[str, Any]) -> Tuple[Dict[str, float], Dict[str, fl
     return own, total
 
 
-def check_trial_fits(job: Dict[str, Any]) -> int:
+def check_trial_fits(job: dict[str, Any]) -> int:
     """Fail before any trial unless one trial fits the cluster; return how many fit at once."""
     from training.cluster import _describe, _fits, _per_node, check_resources
 
@@ -163,7 +164,7 @@ def _first_error_line(trial) -> str:
     return (lines[-1] if lines else "trial failed")[:500]
 
 
-def _make_callbacks(job: Dict[str, Any], environ) -> list:
+def _make_callbacks(job: dict[str, Any], environ) -> list:
     from ray.tune import Callback
     from ray.tune.stopper import Stopper
 
@@ -231,10 +232,9 @@ def _fmt(v) -> str:
 
 # ---------------------------------------------------------------- run
 
-def run_experiment(job: Dict[str, Any], user_fn: Optional[Callable], cluster: dict, *, resume: bool,
-                   environ=None) -> Tuple[dict, int, float]:
+def run_experiment(job: dict[str, Any], user_fn: Callable | None, cluster: dict, *, resume: bool,
+                   environ=None) -> tuple[dict, int, float]:
     """Run (or resume) the search; returns (result, exit code, seconds in Tuner.fit)."""
-    import ray
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
@@ -268,7 +268,7 @@ def run_experiment(job: Dict[str, Any], user_fn: Optional[Callable], cluster: di
 
     fn = local_trial if runner_name == "local" else train_trial
     trainable = tune.with_parameters(fn, base_job=job, user_fn=user_fn)
-    resources: Dict[str, float] = {"cpu": own["CPU"], "gpu": own["GPU"]}
+    resources: dict[str, float] = {"cpu": own["CPU"], "gpu": own["GPU"]}
     if not own["CPU"] and not own["GPU"]:
         resources["memory"] = DRIVER_MEMORY
     trainable = tune.with_resources(trainable, resources)
@@ -319,7 +319,7 @@ def run_experiment(job: Dict[str, Any], user_fn: Optional[Callable], cluster: di
 
 # ---------------------------------------------------------------- summary
 
-def saved_results(job: Dict[str, Any]):
+def saved_results(job: dict[str, Any]):
     """The experiment as its saved state has it. After an interruption (Ctrl+C) Tune stops the running trials in
     memory, but the state it saved -- what ``--resume`` continues -- still has them running; read that."""
     from ray.tune import ExperimentAnalysis, ResultGrid
@@ -330,7 +330,7 @@ def saved_results(job: Dict[str, Any]):
     return ResultGrid(analysis)
 
 
-def expected_trials(tcfg: Dict[str, Any]) -> int:
+def expected_trials(tcfg: dict[str, Any]) -> int:
     n = tcfg["numSamples"]
     for entry in tcfg["searchSpace"].values():
         if entry["type"] == "grid":
@@ -338,7 +338,7 @@ def expected_trials(tcfg: Dict[str, Any]) -> int:
     return n
 
 
-def _trial_rows(job: Dict[str, Any], grid) -> List[Dict[str, Any]]:
+def _trial_rows(job: dict[str, Any], grid) -> list[dict[str, Any]]:
     from training.tune_trial import trial_index
 
     tcfg = job["tune"]
@@ -392,7 +392,7 @@ def _pbt_exploits(exp_path: str) -> int:
         return 0
 
 
-def write_csv(rows: List[Dict[str, Any]], path: str, keys: List[str]) -> str:
+def write_csv(rows: list[dict[str, Any]], path: str, keys: list[str]) -> str:
     buf = io.StringIO()
     fields = ["trial", "trialId", "status"] + [f"config.{k}" for k in keys] + [
         "epochs", "iterations", "lastMetric", "bestMetric", "bestEpoch", "failures", "timeTotalS", "checkpointPath",
@@ -418,7 +418,7 @@ def _write_local(path: str, text: str) -> None:
         fh.write(text)
 
 
-def summarize(job: Dict[str, Any], grid, cluster: dict, fit_s: float) -> Tuple[dict, int]:
+def summarize(job: dict[str, Any], grid, cluster: dict, fit_s: float) -> tuple[dict, int]:
     from training.tune_trial import trial_job
 
     tcfg = job["tune"]
@@ -432,7 +432,7 @@ def summarize(job: Dict[str, Any], grid, cluster: dict, fit_s: float) -> Tuple[d
         max(expected_trials(tcfg) - len(rows), 0)
     ranked = [r for r in rows if isinstance(r["bestMetric"], (int, float)) and math.isfinite(r["bestMetric"])]
     best = (max if mode == "max" else min)(ranked, key=lambda r: r["bestMetric"]) if ranked else None
-    results: Dict[str, Any] = {
+    results: dict[str, Any] = {
         "numTrials": len(rows),
         "completedTrials": counts["completed"] + counts["early_stopped"],
         "trialsRanToEnd": counts["completed"],
@@ -455,7 +455,7 @@ def summarize(job: Dict[str, Any], grid, cluster: dict, fit_s: float) -> Tuple[d
         "trials": [{k: r[k] for k in ("trial", "trialId", "status", "config", "epochs", "bestMetric", "failures")}
                    for r in rows],
     }
-    out: Dict[str, Any] = {"clusterStatus": cluster, "trainingTime": round(fit_s, 3), "runPath": run_path(job)}
+    out: dict[str, Any] = {"clusterStatus": cluster, "trainingTime": round(fit_s, 3), "runPath": run_path(job)}
     if best is not None:
         results["bestConfig"] = dict(best["config"])
         results["bestMetric"] = float(best["bestMetric"])

@@ -18,7 +18,8 @@ inclusive), ``choice`` (values, sampled), ``grid`` (values, every one: the grid 
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 from training.errors import SpecError
 
@@ -64,7 +65,7 @@ def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def target_of(key: str, framework: str, user_trainer: bool, field: str) -> Tuple[str, tuple]:
+def target_of(key: str, framework: str, user_trainer: bool, field: str) -> tuple[str, tuple]:
     """The job path a search-space key sets, and its (kind, bounds); ``SpecError`` when the trainer has no such knob."""
     if key in TOP_KEYS:
         return key, TOP_KEYS[key]
@@ -239,7 +240,7 @@ def resolve_runner(runner: str, workers: int) -> str:
     return runner
 
 
-def normalize_tune(spec: Mapping[str, Any], job: Dict[str, Any]) -> Dict[str, Any]:
+def normalize_tune(spec: Mapping[str, Any], job: dict[str, Any]) -> dict[str, Any]:
     """The normalized ``tuneConfig`` (defaults filled in); called for a validated ``mode: tune`` spec."""
     tc = dict(spec.get("tuneConfig") or {})
     framework = job["framework"]
@@ -284,7 +285,7 @@ def normalize_tune(spec: Mapping[str, Any], job: Dict[str, Any]) -> Dict[str, An
     }
 
 
-def set_path(job: Dict[str, Any], target: str, value: Any, kind: str) -> None:
+def set_path(job: dict[str, Any], target: str, value: Any, kind: str) -> None:
     """Write one sampled value into a trial's job (``lr``, ``model.dense``, ``params.hidden`` ...)."""
     if kind == "int" and isinstance(value, float) and value.is_integer():
         value = int(value)
@@ -301,7 +302,7 @@ def set_path(job: Dict[str, Any], target: str, value: Any, kind: str) -> None:
     node[leaf] = value
 
 
-def apply_overrides(spec: Dict[str, Any], sets: Optional[List[str]] = None, num_samples: Optional[int] = None) -> List[str]:
+def apply_overrides(spec: dict[str, Any], sets: list[str] | None = None, num_samples: int | None = None) -> list[str]:
     """``--set a.b=value`` (value parsed as YAML) and ``--num-samples N`` on a raw spec, before validation.
     Returns what was changed, for the log and the result."""
     import yaml

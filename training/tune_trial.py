@@ -25,7 +25,8 @@ import shutil
 import tempfile
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from collections.abc import Callable
+from typing import Any
 
 from training import checkpointing
 from training.tune_spec import set_path
@@ -47,7 +48,7 @@ def trial_index(trial_id: str) -> int:
         return 0
 
 
-def trial_job(base: Dict[str, Any], config: Dict[str, Any], trial_id: str, trial_dir: str) -> Dict[str, Any]:
+def trial_job(base: dict[str, Any], config: dict[str, Any], trial_id: str, trial_dir: str) -> dict[str, Any]:
     """The normalized job of one trial: the base job with the sampled values written into their fields."""
     job = copy.deepcopy({k: v for k, v in base.items() if k != "spec"})
     space = base["tune"]["searchSpace"]
@@ -68,7 +69,7 @@ def trial_job(base: Dict[str, Any], config: Dict[str, Any], trial_id: str, trial
     return job
 
 
-def restore_copy(checkpoint, job: Dict[str, Any]) -> str:
+def restore_copy(checkpoint, job: dict[str, Any]) -> str:
     """A local, writable copy of the trial's Tune checkpoint, with the trial's config applied where a checkpoint
     would override it: PyTorch's saved optimizer state carries the old learning rate, so after a PBT exploit the
     copy's ``param_groups[*].lr`` is set to the trial's ``lr`` (and the manifest's SHA-256 rewritten)."""
@@ -93,7 +94,7 @@ def restore_copy(checkpoint, job: Dict[str, Any]) -> str:
     return local
 
 
-def _check_metric(metrics: Dict[str, Any], metric: str) -> None:
+def _check_metric(metrics: dict[str, Any], metric: str) -> None:
     if metric not in metrics:
         raise MetricNotReported(
             f"tuneConfig.metric {metric!r} is not among the metrics the trainer reports "
@@ -138,11 +139,11 @@ class _LocalContext:
 class _TuneBackedTrainAPI:
     """Ray Train's per-worker calls, answered by Tune, for the life of one local trial process."""
 
-    def __init__(self, job: Dict[str, Any], restored_dir: Optional[str], metric: str):
+    def __init__(self, job: dict[str, Any], restored_dir: str | None, metric: str):
         self.job = job
         self.restored_dir = restored_dir
         self.metric = metric
-        self._saved: Dict[Any, Dict[str, Any]] = {}
+        self._saved: dict[Any, dict[str, Any]] = {}
 
     def get_context(self):
         return _LocalContext(self.job["name"])
@@ -186,7 +187,7 @@ class _TuneBackedTrainAPI:
         self._saved.clear()
 
 
-def local_trial(config: Dict[str, Any], base_job: Dict[str, Any] = None, user_fn: Optional[Callable] = None):
+def local_trial(config: dict[str, Any], base_job: dict[str, Any] = None, user_fn: Callable | None = None):
     """Tune function trainable, ``trialRunner: local``: the framework's loop as a one-worker job in this process."""
     from ray import tune
 
@@ -241,7 +242,7 @@ class ForwardToTune(_UserCallback):
         self.queue.put(item, block=True)
 
 
-def train_trial(config: Dict[str, Any], base_job: Dict[str, Any] = None, user_fn: Optional[Callable] = None):
+def train_trial(config: dict[str, Any], base_job: dict[str, Any] = None, user_fn: Callable | None = None):
     """Tune function trainable, ``trialRunner: train``: one Ray Train run of ``config.numWorkers`` workers."""
     import ray.train
     from ray import tune
@@ -270,7 +271,7 @@ def train_trial(config: Dict[str, Any], base_job: Dict[str, Any] = None, user_fn
     trainer = build_trainer(job, user_fn)
     trainer.run_config.callbacks = [ForwardToTune(queue)]
 
-    outcome: Dict[str, Any] = {}
+    outcome: dict[str, Any] = {}
 
     def fit():
         try:

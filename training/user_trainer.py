@@ -13,8 +13,9 @@ import inspect
 import os
 import re
 import sys
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable
+from typing import Any
 
 from training.errors import TrainerLoadError
 
@@ -67,7 +68,7 @@ def load_function(target: str, search_dirs: Iterable[Path] = ()) -> Callable:
     return fn
 
 
-def user_loop(config: Dict[str, Any]) -> Dict[str, Any]:
+def user_loop(config: dict[str, Any]) -> dict[str, Any]:
     """Ray Train per-worker entry for a user trainer: builds the WorkerContext, runs the function."""
     from training.worker import WorkerContext
 

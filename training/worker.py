@@ -26,7 +26,8 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from training import checkpointing, preflight
 from training.env import TF_WORKER_ENV
@@ -63,7 +64,7 @@ def _quiet_worker_logs() -> None:
 class WorkerContext:
     """Config, data shard, checkpoint restore, progress and reporting for one Ray Train worker."""
 
-    def __init__(self, job: Dict[str, Any]):
+    def __init__(self, job: dict[str, Any]):
         if job.get("framework") == "tensorflow":
             for key, value in TF_WORKER_ENV.items():
                 os.environ.setdefault(key, value)
@@ -83,14 +84,14 @@ class WorkerContext:
         self.batch_size: int = job["batchSize"]
         self.lr: float = job["lr"]
         self.seed: int = job["seed"]
-        self.params: Dict[str, Any] = job.get("params") or {}
-        self.model_config: Dict[str, Any] = job.get("model") or {}
+        self.params: dict[str, Any] = job.get("params") or {}
+        self.model_config: dict[str, Any] = job.get("model") or {}
         self.every: int = job["checkpoint"]["everyEpochs"]
-        self.history: List[dict] = []
+        self.history: list[dict] = []
         self.start_epoch: int = 0
-        self.trained_epochs: List[int] = []
-        self.checkpoint_dir: Optional[str] = None
-        self.checkpoint_source: Optional[str] = None
+        self.trained_epochs: list[int] = []
+        self.checkpoint_dir: str | None = None
+        self.checkpoint_source: str | None = None
         self._shard = None
         self._t_epoch = time.time()
         self._restore()
@@ -141,7 +142,7 @@ class WorkerContext:
 
     # ------------------------------------------------------------------ epochs
 
-    def remaining(self) -> List[int]:
+    def remaining(self) -> list[int]:
         return list(range(self.start_epoch + 1, self.total_epochs + 1))
 
     def epochs(self) -> Iterator[int]:
@@ -162,7 +163,7 @@ class WorkerContext:
 
     # ------------------------------------------------------------------ report
 
-    def report(self, epoch: int, metrics: Dict[str, Any], save: Optional[Callable[[str], None]] = None,
+    def report(self, epoch: int, metrics: dict[str, Any], save: Callable[[str], None] | None = None,
                save_on_all_ranks: bool = False) -> None:
         """Record an epoch's metrics; at checkpoint epochs, save a checkpoint and report it to Ray Train.
 
@@ -201,14 +202,14 @@ class WorkerContext:
             ray.train.report(metrics, checkpoint=checkpoint,
                              checkpoint_dir_name=checkpointing.checkpoint_dir_name(epoch))
 
-    def record_evaluation(self, metrics: Dict[str, Any]) -> None:
+    def record_evaluation(self, metrics: dict[str, Any]) -> None:
         """For a run with no epochs left (a finished checkpoint resumed): keep the restored model's evaluation."""
         self.evaluation = {k: _scalar(v) for k, v in metrics.items()}
         if self.rank == 0:
             self.log("no epochs left to train; evaluated the restored model: "
                      + ", ".join(f"{k}={v:.4f}" for k, v in self.evaluation.items() if isinstance(v, float)))
 
-    def summary(self) -> Dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
         """Returned by rank 0's training function: becomes ``Result.return_value`` on the driver."""
         out = {
             "history": self.history,

@@ -1,6 +1,6 @@
 """Manifest validation and policy checks for the rendered GitOps tree (``apps/<env>/<app>/<kind>-<name>.yaml``).
 
-API used by ``python -m generator validate``::
+API used by ``python -m validation validate`` (validation/repository.py)::
 
     from validation import EnvFacts, validate_manifests, check_policies
 
@@ -9,7 +9,7 @@ API used by ``python -m generator validate``::
     violations = check_policies("apps/dev", EnvFacts.from_environment_file("environments/dev.yaml"),
                                 environment_files=["environments/dev.yaml"])   # -> list[Violation]
 
-CLI: ``python -m validation manifests|policy|fetch-schemas --help``.
+CLI: ``python -m validation validate|lint|manifests|policy|fetch-schemas --help``.
 """
 
 from .env_facts import EnvFacts

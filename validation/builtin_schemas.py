@@ -18,7 +18,7 @@ import importlib.resources
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import jsonschema
@@ -51,7 +51,7 @@ def parse_minor(version: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-@lru_cache(maxsize=None)
+@cache
 def shipped_versions() -> tuple[tuple[int, int], ...]:
     """Minor versions for which kubernetes-validate ships strict schemas, ascending."""
     found = set()
@@ -180,13 +180,13 @@ class BuiltinSchemas:
         return out
 
 
-@lru_cache(maxsize=None)
+@cache
 def _load_json(path: str) -> dict:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _registry_for(directory: str) -> Registry:
     definitions = _load_json(directory + "/_definitions.json")
     return Resource.from_contents(definitions) @ Registry()

@@ -1,4 +1,4 @@
-"""Command line: ``python -m validation {manifests,policy,fetch-schemas} ...``.
+"""Command line: ``python -m validation {validate,lint,manifests,policy,fetch-schemas} ...``.
 
 Exit status: 0 = everything passed, 1 = validation failures or policy violations, 2 = cannot run (no schemas,
 bad arguments, kubeconform broken, download failed).
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .env_facts import EnvFacts
 from .fetch_schemas import RAW_BASE_URL, FetchError, fetch_schemas
@@ -19,6 +19,7 @@ from .schema_location import DEFAULT_SCHEMA_LOCATION, SCHEMA_LOCATION_ENV, Missi
 from .schema_validation import BACKENDS, validate_manifests
 
 OK, FAILED, CANNOT_RUN = 0, 1, 2
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--env", help="environment name for the summary line (default: the directory name)")
     m.add_argument("--kube-version", help="Kubernetes version the environment declares, e.g. 1.34.0")
     m.add_argument("--facts-from", type=Path, metavar="ENV_FILE",
-                   help="read kubernetesVersion from an environments/<env>.yaml (--kube-version wins)")
+                   help="read kubernetesVersion from an environments/<env>.yaml, composed on base.yaml by the "
+                        "generator's loader (--kube-version wins)")
     m.add_argument("--schema-location", metavar="DIR",
                    help=f"directory searched recursively for CRD YAML (default: ${SCHEMA_LOCATION_ENV}, "
                         f"else {DEFAULT_SCHEMA_LOCATION})")
@@ -43,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--env", help="environment name (default: the directory name)")
     p.add_argument("--facts-from", type=Path, metavar="ENV_FILE",
                    help="read the environment facts (capabilities.gpu/efa, exposeDashboard, kubernetesVersion) "
-                        "from environments/<env>.yaml; explicit flags win")
+                        "from environments/<env>.yaml, composed on base.yaml by the generator's loader; explicit "
+                        "flags win")
     p.add_argument("--gpu-nodes", action=argparse.BooleanOptionalAction, default=None,
                    help="the environment has GPU nodes (default: no)")
     p.add_argument("--efa-nodes", action=argparse.BooleanOptionalAction, default=None,
@@ -55,6 +58,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rule", action="append", choices=sorted(RULES), help="run only this rule (repeatable)")
     p.add_argument("--list-rules", action="store_true", help="print the rules and what they guard, then exit")
 
+    v = sub.add_parser("validate", help="make validate: helm lint, schema validation and policy checks of every "
+                                        "environment (composed by the generator's loader) and of argocd/")
+    v.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this one)")
+    v.add_argument("--env", help="one environment (default: all, and argocd/)")
+    v.add_argument("--schema-location", metavar="DIR",
+                   help=f"directory of CRDs (default: ${SCHEMA_LOCATION_ENV}, else {DEFAULT_SCHEMA_LOCATION})")
+    lint = sub.add_parser("lint", help="make lint: helm lint --strict every chart with every environment's values")
+    lint.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this one)")
+    lint.add_argument("--env", help="one environment (default: all)")
+
     f = sub.add_parser("fetch-schemas", help="download the pinned upstream CRDs (needs network)")
     f.add_argument("--dest", type=Path, default=DEFAULT_SCHEMA_LOCATION, help=f"default: {DEFAULT_SCHEMA_LOCATION}")
     f.add_argument("--base-url", default=RAW_BASE_URL, help=f"default: {RAW_BASE_URL}")
@@ -65,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 def _manifests(args: argparse.Namespace) -> int:
     kube_version = args.kube_version
     if not kube_version and args.facts_from:
-        kube_version = EnvFacts.from_environment_file(args.facts_from).kubernetes_version
+        kube_version = _facts_from(args.facts_from).kubernetes_version
     if not kube_version:
         print("error: --kube-version (or --facts-from with kubernetesVersion) is required", file=sys.stderr)
         return CANNOT_RUN
@@ -90,7 +103,11 @@ def _policy(args: argparse.Namespace) -> int:
     if not args.apps_dir:
         print("error: --apps-dir is required", file=sys.stderr)
         return CANNOT_RUN
-    base = EnvFacts.from_environment_file(args.facts_from) if args.facts_from else None
+    try:
+        base = _facts_from(args.facts_from) if args.facts_from else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return CANNOT_RUN
     name = args.env or (base.name if base else None) or args.apps_dir.name
 
     def pick(flag, from_file, default):
@@ -122,6 +139,43 @@ def _policy(args: argparse.Namespace) -> int:
     return OK
 
 
+def _facts_from(path: Path) -> EnvFacts:
+    """An environment file's facts. A file of a repository's environments/ (next to base.yaml) is composed by the
+    generator's loader, as the render composes it (kubernetesVersion comes from base.yaml); any other file is read
+    alone."""
+    path = Path(path)
+    if path.parent.name == "environments" and (path.parent / "base.yaml").is_file() and path.stem != "base":
+        from generator import environments
+        from generator.errors import RenderError
+        try:
+            return EnvFacts.from_mapping(environments.load(path.parent.parent, path.stem).doc, path.stem)
+        except RenderError as exc:
+            raise ValueError(str(exc)) from None
+    return EnvFacts.from_environment_file(path)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from generator.errors import RenderError
+
+    from .repository import validate
+    try:
+        return validate(args.root.resolve(), args.env, args.schema_location)
+    except RenderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return CANNOT_RUN
+
+
+def _lint(args: argparse.Namespace) -> int:
+    from generator.errors import RenderError
+
+    from .repository import lint
+    try:
+        return FAILED if lint(args.root.resolve(), args.env) else OK
+    except RenderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return CANNOT_RUN
+
+
 def _fetch(args: argparse.Namespace) -> int:
     try:
         written = fetch_schemas(args.dest, base_url=args.base_url, timeout=args.timeout,
@@ -135,5 +189,6 @@ def _fetch(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    handler = {"manifests": _manifests, "policy": _policy, "fetch-schemas": _fetch}[args.command]
+    handler = {"validate": _validate, "lint": _lint, "manifests": _manifests, "policy": _policy,
+               "fetch-schemas": _fetch}[args.command]
     return handler(args)

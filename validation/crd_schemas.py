@@ -22,9 +22,10 @@ CRD files are parsed lazily (only files that mention the requested kind) and cac
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 
@@ -89,8 +90,8 @@ def openapi_to_strict_jsonschema(openapi_schema: dict) -> dict:
     """Convert one ``openAPIV3Schema`` to a strict JSON Schema (draft 4 semantics); the input is not modified."""
     schema = _convert(openapi_schema, in_branch=False)
     props = schema.setdefault("properties", {})
-    for name, field in _EMBEDDED_FIELDS.items():
-        props.setdefault(name, dict(field))
+    for name, embedded in _EMBEDDED_FIELDS.items():
+        props.setdefault(name, dict(embedded))
     if not schema.get("x-kubernetes-preserve-unknown-fields"):
         schema.setdefault("additionalProperties", False)
     schema.setdefault("type", "object")
@@ -204,6 +205,14 @@ def _file_text(path: Path) -> str:
     return _TEXT_CACHE[key]
 
 
+def _pinned_first(path: Path) -> bool:
+    """Sort key: files in a pinned release's folder (versions.yaml) before the others, so that a location holding
+    several releases of one source (../shared/crds: training-operator-v1.9.0 and -v1.9.4) validates against the
+    pinned one."""
+    from .fetch_schemas import PINNED_FOLDERS
+    return not any(part in PINNED_FOLDERS for part in path.parts)
+
+
 class CrdSchemaStore:
     """The CRD schemas under one schema location, looked up by apiVersion and kind."""
 
@@ -220,8 +229,9 @@ class CrdSchemaStore:
         """Files that may define ``kind`` (a cheap text test, so that only those are parsed)."""
         needles = [f"kind: {kind}\n", f"kind: {kind}\r\n", f"kind: '{kind}'", f'kind: "{kind}"', f'"kind":"{kind}"',
                    f'"kind": "{kind}"']
-        return [p for p in self.files
-                if "CustomResourceDefinition" in (text := _file_text(p)) and any(n in text for n in needles)]
+        found = [p for p in self.files
+                 if "CustomResourceDefinition" in (text := _file_text(p)) and any(n in text for n in needles)]
+        return sorted(found, key=_pinned_first)
 
     def lookup(self, api_version: str, kind: str) -> CrdSchema | None:
         if "/" not in api_version:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -27,7 +28,7 @@ class EnvFacts:
     efa_nodes: bool | None = None
 
     @classmethod
-    def from_environment_file(cls, path: str | Path, name: str | None = None) -> "EnvFacts":
+    def from_environment_file(cls, path: str | Path, name: str | None = None) -> EnvFacts:
         """Read ``kubernetesVersion``, ``capabilities: {gpu, efa}`` and ``exposeDashboard`` from ONE environment file
         (layered environments: compose them first and use ``from_mapping``).
 
@@ -40,7 +41,7 @@ class EnvFacts:
         return cls.from_mapping(data, name or str(data.get("name") or path.stem))
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], name: str) -> "EnvFacts":
+    def from_mapping(cls, data: Mapping[str, Any], name: str) -> EnvFacts:
         """The facts of an already composed environment (e.g. ``base.yaml`` overlaid with ``<env>.yaml``)."""
         capabilities = data.get("capabilities") or {}
         if not isinstance(capabilities, dict):

@@ -1,6 +1,6 @@
 """``make schemas``: download the pinned upstream CRDs into a local schema cache (default ``.cache/schemas``).
 
-Pinned releases: KubeRay v1.7.0, Argo CD v3.5.1, Kubeflow training-operator v1.9.0, fetched from
+Pinned releases (versions.yaml): KubeRay, Argo CD and the Kubeflow training-operator (kubeflow/trainer), fetched from
 raw.githubusercontent.com at those tags with urllib. Each file is checked against its SHA-256 (taken from the
 offline copy in ``../shared/crds``, which is byte-for-byte upstream), and nothing is written unless every file
 downloaded and matched, so a failed run never leaves a half-filled cache. The layout mirrors ``../shared/crds``:
@@ -14,9 +14,11 @@ import os
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+
+from generator import versions
 
 from .schema_location import DEFAULT_SCHEMA_LOCATION, SCHEMA_LOCATION_ENV
 
@@ -39,27 +41,41 @@ class PinnedFile:
         return f"{self.folder}/{self.path.rsplit('/', 1)[-1]}"
 
 
-_KUBERAY = ("ray-project/kuberay", "v1.7.0", "ray-operator/config/crd/bases", "kuberay-v1.7.0")
-_ARGO_CD = ("argoproj/argo-cd", "v3.5.1", "manifests/crds", "argo-cd-v3.5.1")
-_TRAINING = ("kubeflow/training-operator", "v1.9.0", "manifests/base/crds", "training-operator-v1.9.0")
+_V = versions.pinned()
+_KUBERAY = ("ray-project/kuberay", f"v{_V.kuberay}", "ray-operator/config/crd/bases", f"kuberay-v{_V.kuberay}")
+_ARGO_CD = ("argoproj/argo-cd", _V.argocd, "manifests/crds", f"argo-cd-{_V.argocd}")
+# the v1 training-operator's repository was renamed kubeflow/trainer (its v1.9.x tags are there)
+_TRAINING = ("kubeflow/trainer", _V.training_operator, "manifests/base/crds",
+             f"training-operator-{_V.training_operator}")
+# The SHA-256 of each file at its pinned release (the offline copy in ../shared/crds is byte-for-byte upstream).
+# Changing a version in versions.yaml needs its checksums here: `make schemas` refuses a file it has none for.
+_SHA256 = {
+    ("kuberay-v1.7.0", "ray.io_rayclusters.yaml"): "c44704442eef0c6721ad40c1d66782c8bd3fdab9d3344306a5820910a679baa1",
+    ("kuberay-v1.7.0", "ray.io_rayjobs.yaml"): "01a5cf3b17c1769fda44af7e82debcd98722f0c27b9ab84d084681c6649121f5",
+    ("kuberay-v1.7.0", "ray.io_rayservices.yaml"): "0a8fc325e6e22b9231c1f282b309555e2ecf94227ca20a03df3d1d9a403907ab",
+    ("kuberay-v1.7.0", "ray.io_raycronjobs.yaml"): "31c2c753bba01f7e8e89cb8e8c504131b58ee42090ca536d87f5ac27605a568e",
+    ("argo-cd-v3.5.1", "application-crd.yaml"): "5dde0e229249b6b707beb98674c1deae3949d5c319a6c45b9f5a80c99618e40c",
+    ("argo-cd-v3.5.1", "applicationset-crd.yaml"): "7d282054f41ca2b71a22bab04a8caf0000e07e53a62432e6ea292dae5ab4f07d",
+    ("argo-cd-v3.5.1", "appproject-crd.yaml"): "ab225266944322750136f1198d93786e4a79a0e43c8d149abfba44da30a3eac8",
+    ("training-operator-v1.9.4", "kubeflow.org_pytorchjobs.yaml"):
+        "8b8a8a719cc94173169290251e817f7ac2bb425c20b6c2fa813397bcf4e932ed",
+}
 
 
-def _pin(source: tuple[str, str, str, str], name: str, sha256: str) -> PinnedFile:
+def _pin(source: tuple[str, str, str, str], name: str) -> PinnedFile:
     repo, tag, directory, folder = source
-    return PinnedFile(repo, tag, f"{directory}/{name}", folder, sha256)
+    return PinnedFile(repo, tag, f"{directory}/{name}", folder, _SHA256.get((folder, name), ""))
 
 
 PINNED_FILES: tuple[PinnedFile, ...] = (
-    _pin(_KUBERAY, "ray.io_rayclusters.yaml", "c44704442eef0c6721ad40c1d66782c8bd3fdab9d3344306a5820910a679baa1"),
-    _pin(_KUBERAY, "ray.io_rayjobs.yaml", "01a5cf3b17c1769fda44af7e82debcd98722f0c27b9ab84d084681c6649121f5"),
-    _pin(_KUBERAY, "ray.io_rayservices.yaml", "0a8fc325e6e22b9231c1f282b309555e2ecf94227ca20a03df3d1d9a403907ab"),
-    _pin(_KUBERAY, "ray.io_raycronjobs.yaml", "31c2c753bba01f7e8e89cb8e8c504131b58ee42090ca536d87f5ac27605a568e"),
-    _pin(_ARGO_CD, "application-crd.yaml", "5dde0e229249b6b707beb98674c1deae3949d5c319a6c45b9f5a80c99618e40c"),
-    _pin(_ARGO_CD, "applicationset-crd.yaml", "7d282054f41ca2b71a22bab04a8caf0000e07e53a62432e6ea292dae5ab4f07d"),
-    _pin(_ARGO_CD, "appproject-crd.yaml", "ab225266944322750136f1198d93786e4a79a0e43c8d149abfba44da30a3eac8"),
-    _pin(_TRAINING, "kubeflow.org_pytorchjobs.yaml",
-         "eb80e57a984cdc7ceefaaf3fc561e21b673c30cbb58589f2389528d2b2760d22"),
+    *(_pin(_KUBERAY, name) for name in ("ray.io_rayclusters.yaml", "ray.io_rayjobs.yaml", "ray.io_rayservices.yaml",
+                                        "ray.io_raycronjobs.yaml")),
+    *(_pin(_ARGO_CD, name) for name in ("application-crd.yaml", "applicationset-crd.yaml", "appproject-crd.yaml")),
+    _pin(_TRAINING, "kubeflow.org_pytorchjobs.yaml"),
 )
+# The release folders of the pinned versions: where a schema location holds several releases of one source
+# (../shared/crds has training-operator-v1.9.0 and -v1.9.4), validation reads these first.
+PINNED_FOLDERS = tuple(sorted({p.folder for p in PINNED_FILES}))
 
 Opener = Callable[..., object]  # urllib.request.urlopen-like: opener(url, timeout=...) -> response with .read()
 
@@ -98,6 +114,10 @@ def fetch_schemas(dest: str | os.PathLike[str] = DEFAULT_SCHEMA_LOCATION, *, bas
     dest = Path(dest)
     opener = opener or urllib.request.urlopen
     contents: list[tuple[PinnedFile, bytes]] = []
+    unpinned = [p.relative_dest for p in files if verify and not p.sha256]
+    if unpinned:
+        raise FetchError(f"no SHA-256 for {', '.join(unpinned)} (versions.yaml names a release validation/"
+                         f"fetch_schemas.py has no checksums for: add them to _SHA256)")
     for pinned in files:
         url = pinned.url(base_url)
         log(f"fetching {url}")

@@ -24,9 +24,9 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 from .crd_schemas import kubeconform_filename
 from .report import SchemaIssue

@@ -10,8 +10,9 @@ Ray cluster specs (for Ray-specific settings) are mappings with a ``headGroupSpe
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 Path = list  # list of str | int: a location in the document
 

@@ -10,9 +10,10 @@ import base64
 import binascii
 import os
 import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import yaml
 
@@ -336,6 +337,17 @@ def rule_dashboard_not_exposed(manifests: Sequence[Manifest], facts: EnvFacts) -
                 if _dashboard_backend(service.get("name"), service.get("port"), dashboard_services):
                     yield _v(rule, m, bpath, f"an Ingress routes to the Ray dashboard "
                                              f"(service {service.get('name')!r}); {why}")
+        if m.kind == "NetworkPolicy" and m.api_version.startswith("networking.k8s.io/"):
+            for r, ingress in enumerate(spec.get("ingress") or []):
+                if not isinstance(ingress, dict):
+                    continue
+                ports = [p.get("port") for p in ingress.get("ports") or [] if isinstance(p, dict)]
+                opens = not ports or DASHBOARD_PORT in ports or "dashboard" in ports
+                for f, peer in enumerate(ingress.get("from") or []):
+                    if opens and isinstance(peer, dict) and isinstance(peer.get("ipBlock"), dict):
+                        yield _v(rule, m, ["spec", "ingress", r, "from", f, "ipBlock"],
+                                 f"a NetworkPolicy admits addresses ({peer['ipBlock'].get('cidr')}) to the Ray "
+                                 f"dashboard; {why}")
         if m.api_version.startswith("gateway.networking.k8s.io/") and m.kind.endswith("Route"):
             for path, node in iter_mappings(spec):
                 for index, ref in enumerate(node.get("backendRefs") or []):
@@ -343,6 +355,63 @@ def rule_dashboard_not_exposed(manifests: Sequence[Manifest], facts: EnvFacts) -
                             ref.get("name"), ref.get("port"), dashboard_services):
                         yield _v(rule, m, ["spec"] + path + ["backendRefs", index],
                                  f"a {m.kind} routes to the Ray dashboard (service {ref.get('name')!r}); {why}")
+
+
+def _network_policies(manifests: Sequence[Manifest]) -> list[tuple[Manifest, dict]]:
+    """(manifest, spec) of every ingress NetworkPolicy."""
+    out = []
+    for m in manifests:
+        spec = (m.doc or {}).get("spec")
+        if m.kind == "NetworkPolicy" and m.api_version.startswith("networking.k8s.io/") and isinstance(spec, dict):
+            if "Ingress" in (spec.get("policyTypes") or ["Ingress"]):
+                out.append((m, spec))
+    return out
+
+
+def _selects(selector: Any, labels: dict) -> bool:
+    """A podSelector's matchLabels (matchExpressions make it no match here: we render none) selects these labels."""
+    if not isinstance(selector, dict) or selector.get("matchExpressions"):
+        return False
+    wanted = selector.get("matchLabels") or {}
+    return all(labels.get(k) == v for k, v in wanted.items())
+
+
+def _same_namespace(a: Any, b: Any) -> bool:
+    """A manifest without a namespace lands in its app's destination namespace: it matches any."""
+    return a is None or b is None or a == b
+
+
+def _workload_templates(doc: dict) -> Iterator[tuple[list, dict]]:
+    """(path, pod template) of the pods an operator makes: Ray head and worker groups, PyTorchJob replicas."""
+    for path, group in iter_ray_group_specs(doc):
+        if isinstance(group.get("template"), dict):
+            yield path + ["template"], group["template"]
+    if doc.get("kind") == "PyTorchJob":
+        for name, replica in ((doc.get("spec") or {}).get("pytorchReplicaSpecs") or {}).items():
+            if isinstance(replica, dict) and isinstance(replica.get("template"), dict):
+                yield ["spec", "pytorchReplicaSpecs", name, "template"], replica["template"]
+
+
+def rule_network_policy(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    """What no scanner of single resources can know: that the pods the operators make from a RayCluster's, a
+    RayJob's or a PyTorchJob's templates are selected by a NetworkPolicy of the same namespace."""
+    rule = "network-policy"
+    policies = _network_policies(manifests)
+    for m in manifests:
+        doc = m.doc or {}
+        if m.kind not in ("RayCluster", "RayJob", "RayService", "PyTorchJob") or not isinstance(doc.get("spec"), dict):
+            continue
+        if m.kind == "RayJob" and doc["spec"].get("clusterSelector"):
+            continue  # runs on an existing cluster: that cluster's policy applies
+        namespace = (doc.get("metadata") or {}).get("namespace")
+        for path, template in _workload_templates(doc):
+            labels = ((template.get("metadata") or {}).get("labels") or {})
+            if not any(_same_namespace(((p.doc or {}).get("metadata") or {}).get("namespace"), namespace)
+                       and _selects(spec.get("podSelector"), labels) for p, spec in policies):
+                yield _v(rule, m, path + ["metadata", "labels"],
+                         "no NetworkPolicy selects these pods: their ports (Ray: GCS 6379, dashboard 8265, client "
+                         "10001, no authentication unless token auth is on; torchrun: rendezvous and NCCL) accept "
+                         "every pod of the cluster; render one around them (the charts' networkPolicy.enabled)")
 
 
 def _ingress_backends(spec: dict) -> Iterator[tuple[list, dict]]:
@@ -370,8 +439,11 @@ RULES: dict[str, Rule] = {rule.name: rule for rule in (
                       "<version>-efa: libfabric and aws-ofi-nccl)", rule_efa_image),
     Rule("efa-only-on-efa-env", "EFA requests only where the environment has EFA nodes (when that is known)",
          rule_efa_only_on_efa_env),
-    Rule("dashboard-not-exposed", "the Ray dashboard (8265) is not reachable from outside the cluster unless the "
-                                  "environment sets exposeDashboard: true", rule_dashboard_not_exposed),
+    Rule("dashboard-not-exposed", "the Ray dashboard (8265) is not reachable from outside the cluster (a Service, "
+                                  "an Ingress or Route, a NetworkPolicy ipBlock) unless the environment sets "
+                                  "exposeDashboard: true", rule_dashboard_not_exposed),
+    Rule("network-policy", "the pods of every Ray cluster (RayCluster, a RayJob's cluster) and of every PyTorchJob "
+                           "are selected by a NetworkPolicy of their namespace", rule_network_policy),
 )}
 
 

@@ -8,8 +8,8 @@ place; nothing is ever copied into the repository.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 SCHEMA_LOCATION_ENV = "RAY_GITOPS_SCHEMA_LOCATION"
 REPO_ROOT = Path(__file__).resolve().parent.parent

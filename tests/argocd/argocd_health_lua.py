@@ -1,10 +1,10 @@
 """Run Argo CD custom health checks (``health.lua``) the way Argo CD does, with a real Lua 5.1 runtime.
 
-Layout, the same as Argo CD's own ``resource_customizations/`` tree::
+Layout (health-checks/), the same as Argo CD's own ``resource_customizations/`` tree::
 
-    argocd/resource_customizations/<group>/<Kind>/health.lua
-    argocd/resource_customizations/<group>/<Kind>/health_test.yaml   # tests: [{healthStatus: {status, message}, inputPath}]
-    argocd/resource_customizations/<group>/<Kind>/testdata/*.yaml    # one resource per file
+    health-checks/<group>/<Kind>/health.lua
+    health-checks/<group>/<Kind>/health_test.yaml   # tests: [{healthStatus: {status, message}, inputPath}]
+    health-checks/<group>/<Kind>/testdata/*.yaml    # one resource per file
 
 How Argo CD evaluates a script (util/lua/lua.go): a fresh gopher-lua (Lua 5.1) state per evaluation, the resource as
 the global ``obj`` (JSON objects become tables, arrays 1-indexed tables, null becomes nil), the script's return value
@@ -28,7 +28,7 @@ from typing import Any, Iterable
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CUSTOMIZATIONS_ROOT = REPO_ROOT / "argocd" / "resource_customizations"
+CUSTOMIZATIONS_ROOT = REPO_ROOT / "health-checks"
 
 HEALTH_STATUSES = ("Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown")
 INVALID_HEALTH_STATUS_MESSAGE = "Lua returned an invalid health status"

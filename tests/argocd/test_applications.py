@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from generator import argocd, environments
-from tests.conftest import REPO, run_generator
+from tests.support import REPO, run_generator
 
 MANAGED = REPO / "argocd" / "managed"
 ENVS = environments.names(REPO)
@@ -162,7 +162,7 @@ def test_health_checks_are_delivered_in_argocd_cm():
     cm = load(MANAGED / "configmap-argocd-cm.yaml")
     for kind in ("ray.io_RayCluster", "ray.io_RayJob", "ray.io_RayService", "kubeflow.org_PyTorchJob"):
         group, name = kind.split("_")
-        lua = (REPO / "argocd" / "resource_customizations" / group / name / "health.lua").read_text()
+        lua = (REPO / "health-checks" / group / name / "health.lua").read_text()
         assert cm["data"][f"resource.customizations.health.{kind}"] == lua
 
 

@@ -10,8 +10,8 @@ import sys
 import pytest
 import yaml
 
-import argocd_health_lua as hl
-from tests.conftest import REPO
+from tests.argocd import argocd_health_lua as hl
+from tests.support import REPO
 
 CHECKS = hl.discover_health_checks()
 CASES = [case for check in CHECKS for case in hl.load_cases(check)]

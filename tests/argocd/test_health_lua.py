@@ -1,6 +1,6 @@
 """Argo CD custom health checks for Ray and PyTorch kinds, executed with a real Lua 5.1 runtime (lupa).
 
-Every argocd/resource_customizations/<group>/<Kind>/health_test.yaml case is run through its health.lua in a sandbox
+Every health-checks/<group>/<Kind>/health_test.yaml case is run through its health.lua in a sandbox
 that mirrors Argo CD's (see argocd_health_lua.py) and must give exactly the expected status and message.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import argocd_health_lua as hl
+from tests.argocd import argocd_health_lua as hl
 
 # The kinds this repository must ship a health check for, and the health states each must be tested in.
 # All four kinds can be suspended (RayCluster/RayJob/RayService spec.suspend, PyTorchJob spec.runPolicy.suspend).

@@ -234,7 +234,7 @@ class Harness:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
                               cwd=Path(__file__).resolve().parents[2])
 
-    def ops_background(self, name: str, *args: str) -> "Background":
+    def ops_background(self, name: str, *args: str) -> Background:
         cmd, env = self.ops_command(*args)
         return Background(name, cmd, env, Path(self.current["logs"]))
 
@@ -277,7 +277,7 @@ class BootstrapWatch:
     """Polls Argo CD every 2 s from the bootstrap on: when each Application was first seen Healthy, and when each
     ApplicationSet first appeared (their creationTimestamp), on the API server's clock."""
 
-    def __init__(self, harness: "Harness"):
+    def __init__(self, harness: Harness):
         self.harness = harness
         self.first_healthy: dict[str, str] = {}
         self.appsets_created: dict[str, str] = {}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from e2e import nodes
-
 from tests.e2e import harness
 from tests.e2e.harness import wait_for
 

@@ -4,6 +4,8 @@ nodes, and fits the namespace quota. Expectations are read from the environment 
 generator composes it), so the test says "what the environment says", not a copy of it."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from e2e import nodes
@@ -167,3 +169,100 @@ def test_ray_head_services_select_their_head_pod(e2e, bootstrapped, env):
                 problems.append(f"Service {svc.metadata.name} selects no head pod ({selector})")
         return services > 0 and not problems, "; ".join(problems) or f"{services} head services"
     wait_for(check, PODS_TIMEOUT, 5, f"the {env} Ray head services")
+
+
+def _pod(name: str, container_security: dict | None, pod_security: dict | None) -> dict:
+    resources = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "10m", "memory": "16Mi"}}
+    spec = {"containers": [{"name": "c", "image": "localhost/ray-training:0.1.0-cpu", "resources": resources,
+                            **({"securityContext": container_security} if container_security is not None else {})}]}
+    if pod_security is not None:
+        spec["securityContext"] = pod_security
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+RESTRICTED_POD = {"runAsNonRoot": True, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
+RESTRICTED_CONTAINER = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _admitted(e2e, env: str, body: dict) -> tuple[bool, str]:
+    """Create the pod as a dry run (admission runs, nothing is stored): (admitted, the API server's message)."""
+    from kubernetes.client.exceptions import ApiException
+    try:
+        e2e.core(env).create_namespaced_pod(e2e.namespace(env), body, dry_run="All")
+        return True, ""
+    except ApiException as exc:
+        try:
+            return False, json.loads(exc.body)["message"]
+        except (TypeError, ValueError, KeyError):
+            return False, exc.body or str(exc)
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_pod_security_admission_is_enforced_and_admits_every_operator_pod(e2e, bootstrapped, env):
+    """The namespace carries the environment's pod-security.kubernetes.io labels; the real API server's PodSecurity
+    admission rejects a pod below the enforced level (with its message) and admits one that meets it; and every pod
+    the operators made was admitted (no FailedCreate for PodSecurity, from KubeRay, the Job controller or the
+    training-operator)."""
+    platform = (e2e.env_doc(env).get("platform") or {}).get("values") or {}
+    level = (platform.get("podSecurity") or {}).get("enforce", "restricted")
+    def namespace_labels():
+        from kubernetes.client.exceptions import ApiException
+        try:
+            labels = e2e.core(env).read_namespace(e2e.namespace(env)).metadata.labels or {}
+        except ApiException as exc:
+            return False, f"namespace {e2e.namespace(env)}: {exc.reason}"
+        return labels.get("pod-security.kubernetes.io/enforce") == level, labels
+    labels = wait_for(namespace_labels, PODS_TIMEOUT, 3, f"{env}: the platform app did not label the namespace")
+    assert labels.get("pod-security.kubernetes.io/warn") == labels.get("pod-security.kubernetes.io/audit") == \
+        "restricted", labels
+    # below baseline (a capability beyond baseline's list) is rejected everywhere, by PodSecurity at the enforced
+    # level; below restricted only where restricted is enforced. (A privileged container is refused before
+    # PodSecurity, by kube-apiserver's --allow-privileged=false.)
+    ok, message = _admitted(e2e, env, _pod("e2e-psa-net-admin", {**RESTRICTED_CONTAINER, "capabilities": {
+        "drop": ["ALL"], "add": ["NET_ADMIN"]}}, RESTRICTED_POD))
+    assert not ok and f'violates PodSecurity "{level}:v1.' in message and "NET_ADMIN" in message, message
+    ok, message = _admitted(e2e, env, _pod("e2e-psa-no-context", None, None))
+    if level == "restricted":
+        assert not ok and 'violates PodSecurity "restricted:' in message, message
+        assert "allowPrivilegeEscalation" in message and "seccompProfile" in message, message
+    else:
+        assert ok, message
+    ok, message = _admitted(e2e, env, _pod("e2e-psa-restricted", RESTRICTED_CONTAINER, RESTRICTED_POD))
+    assert ok, message
+    wait_for(lambda: (not (problems := _not_placed(e2e, env)[1]), problems), PODS_TIMEOUT, 5,
+             f"{env}: pods missing or not running")
+    refused = [f"{ev.involved_object.kind}/{ev.involved_object.name}: {ev.message}" for ev in e2e.events(env)
+               if "PodSecurity" in (ev.message or "")]
+    assert refused == [], refused
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_each_ray_cluster_network_policy_selects_exactly_its_pods(e2e, bootstrapped, env):
+    """The API server accepted one NetworkPolicy per Ray cluster; each selects exactly the pods KubeRay made for its
+    cluster (by KubeRay's own ray.io/cluster label) and, for a RayJob, its submitter; every Ray pod is selected.
+    (kwok has no network plugin: what the e2e shows is the objects and their selection, not packets dropped.)"""
+    from kubernetes import client
+    wait_for(lambda: (not (problems := _not_placed(e2e, env)[1]), problems), PODS_TIMEOUT, 5,
+             f"{env}: pods missing or not running")
+    ns = e2e.namespace(env)
+    policies = {p.metadata.name: p for p in
+                client.NetworkingV1Api(e2e.core(env).api_client).list_namespaced_network_policy(ns).items}
+    expected: dict[str, set[str]] = {}
+    for cluster in e2e.objects(env, RAY, "rayclusters"):
+        if (cluster["metadata"].get("labels") or {}).get("ray.io/originated-from-crd") == "RayJob":
+            continue  # a job's cluster: under its RayJob below
+        expected[f"{cluster['metadata']['name']}-ingress"] = {
+            p.metadata.name for p in e2e.pods(env, f"ray.io/cluster={cluster['metadata']['name']}")}
+    for job in e2e.objects(env, RAY, "rayjobs"):
+        name, cluster = job["metadata"]["name"], (job.get("status") or {}).get("rayClusterName")
+        pods = {p.metadata.name for p in e2e.pods(env, f"batch.kubernetes.io/job-name={name}")}
+        if cluster:
+            pods |= {p.metadata.name for p in e2e.pods(env, f"ray.io/cluster={cluster}")}
+        expected[f"{name}-ingress"] = pods
+    assert set(expected) <= set(policies), (sorted(expected), sorted(policies))
+    for name, pods in expected.items():
+        labels = policies[name].spec.pod_selector.match_labels or {}
+        selected = {p.metadata.name for p in e2e.pods(env, ",".join(f"{k}={v}" for k, v in sorted(labels.items())))}
+        assert pods and selected == pods, (name, sorted(selected), sorted(pods))
+    ray_pods = {p.metadata.name for p in e2e.pods(env, "ray.io/node-type")}
+    assert ray_pods <= set().union(*expected.values()), sorted(ray_pods - set().union(*expected.values()))

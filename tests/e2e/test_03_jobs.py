@@ -20,7 +20,7 @@ def test_rayjobs_end_as_their_submitters_did(e2e, finished, env):
     assert not [e for e in errors if f" {env}/" in e], errors
     rayjobs = {name: obj for (e, kind, name), obj in jobs.items() if e == env and kind == "RayJob"}
     assert rayjobs, f"no RayJob finished in {env}"
-    for name, obj in rayjobs.items():
+    for obj in rayjobs.values():
         status = obj["status"]
         if (env, job_name(obj)) in FAILING:
             assert status["jobDeploymentStatus"] == "Failed", status_text(obj)
@@ -39,7 +39,7 @@ def test_job_applications_show_the_outcome(e2e, finished, env):
     def check():
         problems = []
         apps = {a["metadata"]["name"]: a for a in e2e.env_apps(env)}
-        for (e, kind, name), obj in jobs.items():
+        for (e, _kind, name), obj in jobs.items():
             if e != env:
                 continue
             app = apps.get(f"{env}-job-{job_name(obj)}")

@@ -42,6 +42,13 @@ def _free_finished_job_clusters(e2e) -> list[str]:
     return deleted
 
 
+def _one_unfinished_run(e2e, job: str) -> tuple[bool, str | list[str]]:
+    runs = _runs(e2e, job)
+    names = [o["metadata"]["name"] for o in runs]
+    ended = [(o.get("status") or {}).get("jobDeploymentStatus") in ("Complete", "Failed") for o in runs]
+    return (len(runs) == 1 and not ended[0]), (names[0] if len(runs) == 1 else names)
+
+
 @pytest.fixture(scope="module")
 def benchmark(e2e, bootstrapped, finished, tmp_path_factory):
     e2e.wait_synced_healthy(ENV, 420)
@@ -53,10 +60,8 @@ def benchmark(e2e, bootstrapped, finished, tmp_path_factory):
     record = {"out": out, "proc": proc, "runs": {}, "pods": {}, "overlap": [], "commits_before": commits_before}
     try:
         for job in JOBS:
-            run = wait_for(lambda: (len(_runs(e2e, job)) == 1 and not any(
-                               (o.get("status") or {}).get("jobDeploymentStatus") in ("Complete", "Failed")
-                               for o in _runs(e2e, job)), [o["metadata"]["name"] for o in _runs(e2e, job)]),
-                           300, 3, f"Argo CD did not create a {job} run; bench-cluster said:\n{proc.output}")[0]
+            run = wait_for(lambda job=job: _one_unfinished_run(e2e, job), 300, 3,
+                           f"Argo CD did not create a {job} run; bench-cluster said:\n{proc.output}")
             record["runs"][job] = run
             # the other job has no running run meanwhile: the two never share the nodes
             record["overlap"] += [o["metadata"]["name"] for other in JOBS if other != job for o in _runs(e2e, other)
@@ -65,7 +70,7 @@ def benchmark(e2e, bootstrapped, finished, tmp_path_factory):
             record["pods"][job] = {t: [p.metadata.name for p in day_two.cluster_pods(e2e, ENV, run, t)]
                                    for t in ("head", "worker")}
             result = (FIXTURES / RESULTS[job]).read_text().strip()
-            lines = [f"2026-11-24 10:00:00,000\tINFO job_manager.py:531 -- Runtime env is setting up.",
+            lines = ["2026-11-24 10:00:00,000\tINFO job_manager.py:531 -- Runtime env is setting up.",
                      f"[bench-train] {job}: 1 epoch(s), data digits, per-worker batch 64",
                      f"BENCH_RESULT {result}", f"Job '{submitter.metadata.name}' succeeded"]
             day_two.succeed(e2e, ENV, run, lines)

@@ -1,9 +1,7 @@
 """Every class of bad input: a message that locates the fault, a non-zero exit, apps/ byte-for-byte untouched."""
 import re
 
-import pytest
-
-from tests.conftest import run_generator, tree_digest
+from tests.support import run_generator, tree_digest
 
 
 def edit(path, old, new):

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from generator import bump_image
-from tests.conftest import REPO, run_generator
+from tests.support import REPO, run_generator
 
 
 def test_round_trip_without_a_change_is_byte_for_byte(tmp_path):
@@ -37,7 +37,7 @@ def test_bump_changes_only_the_tag_lines_and_re_renders(repo_copy):
     image = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
     assert image.endswith("/ray-training:0.2.0-efa")
     # the torchrun job's own image is not the training image: untouched
-    (job,) = (repo_copy / "apps/eks/job-fsdp-llama").glob("*.yaml")
+    (job,) = (repo_copy / "apps/eks/job-fsdp-llama").glob("pytorchjob-*.yaml")
     assert "fsdp:2025.06" in job.read_text()
 
 

@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from generator import diff
-from tests.conftest import REPO, run_generator
+from tests.support import REPO, run_generator
 
 
 def write(root, rel, text):
@@ -61,11 +61,12 @@ def test_text_format_for_terminals(two_trees):
 
 @pytest.fixture
 def git_repo(tmp_path):
-    """A git repository holding this project's generator, charts, environments and (committed) apps/."""
+    """A git repository holding this project's generator, versions.yaml, charts, environments and (committed) apps/."""
     root = tmp_path / "gitrepo"
     root.mkdir()
-    for name in ("generator", "charts", "environments", "apps", "argocd"):
+    for name in ("generator", "charts", "environments", "apps", "argocd", "health-checks"):
         shutil.copytree(REPO / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(REPO / "versions.yaml", root / "versions.yaml")  # the generator reads the pinned versions
     git = lambda *a: subprocess.run(["git", "-C", str(root), *a], check=True, capture_output=True)
     git("init", "-q", "-b", "main")
     git("-c", "user.email=t@example.com", "-c", "user.name=t", "add", "-A")
@@ -78,8 +79,9 @@ def test_diff_against_a_base_ref_after_an_environment_change(git_repo):
     env.write_text(env.read_text().replace("sizeLimit: 1Gi", "sizeLimit: 2Gi"))
     proc = run_generator(git_repo, "diff", "--base", "HEAD", "--format", "markdown")
     assert proc.returncode == 0, proc.stderr
-    # the standing cluster changed; the job is a new run (new hash): its RayJob and spec are paired, not added+removed
-    assert "| minikube | 0 | 3 | 0 |" in proc.stdout
+    # the standing cluster changed; the job is a new run (new hash): its RayJob, spec and NetworkPolicy are paired,
+    # not added + removed
+    assert "| minikube | 0 | 4 | 0 |" in proc.stdout
     assert "| eks | 0 | 0 | 0 |" in proc.stdout
     assert "(a new run)" in proc.stdout
     assert "-              sizeLimit: 1Gi" in proc.stdout and "+              sizeLimit: 2Gi" in proc.stdout
@@ -100,3 +102,44 @@ def test_unknown_base_ref_is_a_clear_error(git_repo):
     proc = run_generator(git_repo, "diff", "--base", "no-such-ref")
     assert proc.returncode == 1
     assert "cannot check out base ref 'no-such-ref'" in proc.stderr
+
+
+def _many_changes(count: int, lines: int) -> list:
+    return [diff.Change("eks", f"job-{i:03d}", f"RayJob-job-{i:03d}.yaml", "changed",
+                        ["--- a\n", "+++ b\n", "@@ -1 +1 @@\n", *[f"-  image: old-{i}-{n}\n" for n in range(lines)],
+                         *[f"+  image: new-{i}-{n}\n" for n in range(lines)]]) for i in range(count)]
+
+
+def test_a_comment_over_the_limit_shows_whole_resources_and_lists_the_rest():
+    changes = _many_changes(60, 200)  # ≈ 60 x 5.5 kB: far over one comment
+    full = diff.format_markdown(changes, ["eks"], "origin/main")
+    assert len(full) > 300_000
+    md = diff.format_markdown(changes, ["eks"], "origin/main", max_chars=diff.COMMENT_LIMIT)
+    assert len(md) <= diff.COMMENT_LIMIT
+    assert "| eks | 0 | 60 | 0 |" in md  # the summary is always there
+    shown = [c for c in changes if f"<code>{c.resource}</code>" in md]
+    hidden = [c for c in changes if c not in shown]
+    assert shown and hidden and shown == changes[:len(shown)]
+    for c in shown:  # each shown resource whole: its every line, inside a closed fence
+        assert all(line.rstrip("\n") in md for line in c.diff)
+    assert md.count("```diff") == len(shown) and md.count("```") == 2 * len(shown)
+    assert md.count("<details>") == md.count("</details>") == len(shown)
+    assert f"**{len(hidden)} more resource(s) not shown**" in md and "make diff BASE=origin/main" in md
+    assert f"`eks/{hidden[0].app}/{hidden[0].resource}` (changed)" in md
+    assert md.endswith("\n") and full.startswith(md.split("\n\n**")[0][:2000])
+
+
+def test_a_comment_under_the_limit_is_the_whole_diff():
+    changes = _many_changes(3, 5)
+    assert diff.format_markdown(changes, ["eks"], "origin/main", max_chars=diff.COMMENT_LIMIT) == \
+        diff.format_markdown(changes, ["eks"], "origin/main")
+
+
+def test_the_list_of_what_was_left_out_is_cut_with_a_count_not_mid_name():
+    changes = _many_changes(5000, 1)
+    md = diff.format_markdown(changes, ["eks"], "origin/main", max_chars=diff.COMMENT_LIMIT)
+    assert len(md) <= diff.COMMENT_LIMIT
+    last = md.rstrip("\n").splitlines()[-1]
+    assert last.startswith("- … and ") and last.endswith(" more"), last
+    listed = md.split("more resource(s) not shown**", 1)[1].splitlines()[2:]
+    assert listed and all(line.startswith("- `eks/job-") and line.endswith(".yaml` (changed)") for line in listed[:-1])

@@ -1,10 +1,9 @@
 """The EKS production profile (seed 001) on every pod it applies to, on none it does not, and from one switch."""
 import os
 
-import pytest
 import yaml
 
-from tests.conftest import REPO, run_generator
+from tests.support import REPO, run_generator
 
 EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "0", "FI_EFA_FORK_SAFE": "1", "NCCL_PROTO": "simple"}
 NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_TIMEOUT": "1800", "TORCH_NCCL_TRACE_BUFFER_SIZE": "4096",
@@ -45,7 +44,7 @@ def test_every_eks_gpu_pod_carries_the_production_profile():
             assert limits["nvidia.com/gpu"] == requests["nvidia.com/gpu"] == "1", (path, role)
             assert limits["vpc.amazonaws.com/efa"] == requests["vpc.amazonaws.com/efa"] == "1", (path, role)
             # no capability: IPC_LOCK / SYS_RESOURCE are never effective for the non-root Ray process
-            assert "capabilities" not in c["securityContext"], (path, role)
+            assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, (path, role)  # none added
             assert c["image"].endswith("-efa"), (path, role, c["image"])  # libfabric + aws-ofi-nccl
             env = env_of(c)
             assert EFA_ENV.items() <= env.items() and NCCL_ENV.items() <= env.items(), (path, role)
@@ -71,7 +70,7 @@ def test_minikube_has_no_efa_gpu_or_nccl():
             c = pod["containers"][0]
             text = yaml.safe_dump(c)
             assert "vpc.amazonaws.com/efa" not in text and "nvidia.com/gpu" not in text, (path, role)
-            assert "capabilities" not in c.get("securityContext", {})
+            assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
             assert not set(env_of(c)) & (set(EFA_ENV) | set(NCCL_ENV)), (path, role)
 
 
@@ -110,7 +109,7 @@ def test_switching_efa_off_removes_all_of_it(repo_copy, tmp_path):
         for role, pod in pod_specs(doc):
             c = pod["containers"][0]
             assert "vpc.amazonaws.com/efa" not in c["resources"]["limits"], (path, role)
-            assert "capabilities" not in c.get("securityContext", {}), (path, role)
+            assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, (path, role)
             assert not set(env_of(c)) & {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_PROTO"}
             assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"  # GPUs stay
             pods += 1
@@ -119,8 +118,8 @@ def test_switching_efa_off_removes_all_of_it(repo_copy, tmp_path):
 
 def test_instance_family_is_one_value(repo_copy, tmp_path):
     out = _render_with(repo_copy, tmp_path, "", ("    instanceFamily: g5\n", "    instanceFamily: p4d\n"))
-    for path, doc in workloads(out):
-        for role, pod in pod_specs(doc):
+    for _path, doc in workloads(out):
+        for _role, pod in pod_specs(doc):
             c = pod["containers"][0]
             assert env_of(c)["FI_EFA_USE_DEVICE_RDMA"] == "1" and c["resources"]["limits"]["vpc.amazonaws.com/efa"] == "4"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import yaml
 
-from tests.conftest import run_generator, tree_digest
 from tests.generator.test_bad_input import edit, line_of
+from tests.support import run_generator, tree_digest
 
 CM = "argocd/managed/configmap-argocd-notifications-cm.yaml"
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from generator import environments
-from tests.conftest import REPO, run_generator
+from tests.support import REPO, run_generator
 
 ENVS = environments.names(REPO)
 KUBERAY_OWNED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/created-by")
@@ -133,7 +133,7 @@ def _quantity(value) -> float:
 def _peak(env: str, resource: str) -> float:
     """Requests of `resource` when every workload runs at once at its largest (worker groups at maxReplicas)."""
     total = 0.0
-    for path, doc in rendered(env):
+    for _path, doc in rendered(env):
         for template, count in _templates_with_counts(doc):
             for container in template["spec"]["containers"]:
                 total += count * _quantity(((container.get("resources") or {}).get("requests") or {}).get(resource, 0))

@@ -1,10 +1,9 @@
 """Rendering: determinism, the committed snapshot, one resource per file, removals, single-environment renders."""
 import shutil
 
-import pytest
 import yaml
 
-from tests.conftest import REPO, run_generator, tree_digest
+from tests.support import REPO, run_generator, tree_digest
 
 
 def render(root, *args):
@@ -114,7 +113,7 @@ def test_a_changed_job_is_a_new_run_with_a_new_name(repo_copy):
     env.write_text(env.read_text() + "\njobs:\n  digits-torch:\n    job:\n      spec:\n        trainConfig: {epochs: 3}\n")
     render(repo_copy, "--env", "minikube")
     after = sorted(p.name for p in app.glob("*.yaml"))
-    assert len(after) == 2 and not set(before) & set(after)
+    assert len(after) == 3 and not set(before) & set(after)  # the RayJob, its spec, its NetworkPolicy
     job = yaml.safe_load(next(app.glob("rayjob-*.yaml")).read_text())
     cm = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["volumes"][-1]["configMap"]["name"]
     assert (app / f"configmap-{cm}.yaml").exists(), "the RayJob mounts its own run's spec"

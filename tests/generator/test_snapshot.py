@@ -2,7 +2,7 @@
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.support import REPO
 
 APPS = REPO / "apps"
 

@@ -9,13 +9,13 @@ import subprocess
 import sys
 import time
 import types
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 import yaml
 
 from e2e import components, egress, kwok_stages, nodes, procs, ray_jobs, world
-from tests.conftest import REPO
+from tests.support import REPO
 
 EKS_SERVER = "https://eks-training.example.internal"
 
@@ -137,10 +137,10 @@ def _pod(phase, exit_code=None, message=None, created=0):
     terminated = None
     if exit_code is not None:
         terminated = types.SimpleNamespace(exit_code=exit_code, message=message,
-                                           finished_at=datetime(2026, 1, 1, 0, 5, tzinfo=timezone.utc))
+                                           finished_at=datetime(2026, 1, 1, 0, 5, tzinfo=UTC))
     return types.SimpleNamespace(
-        metadata=types.SimpleNamespace(creation_timestamp=datetime(2026, 1, 1, 0, created, tzinfo=timezone.utc)),
-        status=types.SimpleNamespace(phase=phase, start_time=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        metadata=types.SimpleNamespace(creation_timestamp=datetime(2026, 1, 1, 0, created, tzinfo=UTC)),
+        status=types.SimpleNamespace(phase=phase, start_time=datetime(2026, 1, 1, tzinfo=UTC),
                                      container_statuses=[types.SimpleNamespace(
                                          state=types.SimpleNamespace(terminated=terminated))]))
 
@@ -205,10 +205,10 @@ def test_kwok_stages_end_pods_on_demand_and_hold_them_waiting(tmp_path):
 
 
 def test_pod_logs_are_cri_lines_in_files_a_logs_object_names(tmp_path):
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from e2e import pod_logs
-    when = datetime(2026, 11, 24, 1, 2, 3, 456789, tzinfo=timezone.utc)
+    when = datetime(2026, 11, 24, 1, 2, 3, 456789, tzinfo=UTC)
     assert pod_logs.cri_line("epoch 1 loss 2.1", when=when) == "2026-11-24T01:02:03.456789000Z stdout F epoch 1 loss 2.1\n"
     created = []
 

@@ -1,17 +1,9 @@
 """A git repository made from this checkout's inputs, for the commands that edit, render and commit."""
 from __future__ import annotations
 
-import subprocess
-
 import pytest
 
-GIT_IDENTITY = ["-c", "user.name=ops-test", "-c", "user.email=ops-test@ray-gitops.invalid"]
-
-
-def git(root, *args) -> str:
-    proc = subprocess.run(["git", *GIT_IDENTITY, *args], cwd=root, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+from tests.ops.support import git
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import yaml
 
 from ops import jobs
 from ops.targets import OpsError, target
-from tests.conftest import REPO
+from tests.support import REPO
 
 
 def ops(*args, kubeconfig=None) -> subprocess.CompletedProcess:

@@ -17,8 +17,8 @@ import yaml
 
 from ops import bench, change
 from ops.targets import OpsError, target
-from tests.conftest import REPO
-from tests.ops.conftest import git
+from tests.ops.support import git
+from tests.support import REPO
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bench"
 

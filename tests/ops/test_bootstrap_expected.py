@@ -10,7 +10,7 @@ import pytest
 
 from ops import bootstrap
 from ops.targets import OpsError
-from tests.conftest import REPO
+from tests.support import REPO
 
 
 @pytest.mark.parametrize("env", ["minikube", "eks"])

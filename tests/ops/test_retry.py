@@ -14,8 +14,8 @@ import yaml
 
 from ops import retry as retry_mod
 from ops.targets import OpsError, target
-from tests.conftest import REPO
-from tests.ops.conftest import git
+from tests.ops.support import git
+from tests.support import REPO
 
 
 def _job_files(root: Path, env: str, job: str) -> dict[str, dict]:

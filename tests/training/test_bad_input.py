@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import copy_run, digits_spec
+from tests.training.support import copy_run, digits_spec
 from training import checkpointing
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -27,7 +27,7 @@ def test_bench_train_tiny(tmp_path, ray_address):
     assert report["benchmark"] == "bench-train" and report["settings"]["tiny"] is True
     keys = {f"pytorch/{c}" for c in ("plain-1t", "plain-2t", "ray-1w", "ray-2w")}
     assert set(report["configurations"]) == keys
-    for key, agg in report["configurations"].items():
+    for agg in report["configurations"].values():
         assert agg["runs"] == 1
         assert agg["wall_s"] >= agg["startup_s"] > 0 and agg["steady_samples_per_s"] > 0
         assert 0 <= agg["val_accuracy"] <= 1

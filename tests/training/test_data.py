@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from conftest import write_cifar10_batches
+from tests.training.support import write_cifar10_batches
 from training.data import check_source, load_shard, shard_indices
 from training.errors import DataError
 

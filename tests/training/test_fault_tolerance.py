@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import copy_run, digits_spec, SpecRunner
+from tests.training.support import SpecRunner, copy_run, digits_spec
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

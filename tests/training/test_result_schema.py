@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import SEED_000_OUTPUT_SCHEMA, assert_valid_result
+from tests.training.support import SEED_000_OUTPUT_SCHEMA, assert_valid_result
 from training.errors import DataError
 from training.result import error_result
 from training.spec import RESULT_SCHEMA

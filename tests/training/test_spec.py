@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, assert_valid_result
+from tests.training.support import REPO, assert_valid_result
 from training.errors import SpecError
 from training.spec import load_job, normalize, validate_spec
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, digits_spec, write_cifar10_batches
+from tests.training.support import REPO, digits_spec, write_cifar10_batches
 from training import checkpointing
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, assert_valid_result, tune_spec
+from tests.training.support import REPO, assert_valid_result, tune_spec
 from training import checkpointing
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, assert_valid_result, tune_spec
+from tests.training.support import REPO, assert_valid_result, tune_spec
 from training.errors import SpecError
 from training.spec import validate_spec
 

@@ -13,10 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from validation_test_support import FIXTURES, REPO_ROOT, crd_location
-
-if str(REPO_ROOT) not in sys.path:  # `import validation` also when pytest is not started from the repo root
-    sys.path.insert(0, str(REPO_ROOT))
+from tests.validation.support import FIXTURES, crd_location
 
 
 @pytest.fixture(scope="session")

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from validation.builtin_schemas import (BuiltinSchemas, is_builtin_group, schema_file_name, select_version,
-                                        shipped_versions)
+from validation.builtin_schemas import (
+    BuiltinSchemas,
+    is_builtin_group,
+    schema_file_name,
+    select_version,
+    shipped_versions,
+)
 
 
 def test_shipped_versions_cover_the_declared_one():

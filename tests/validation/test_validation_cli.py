@@ -5,8 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from validation_test_support import FIXTURES, REPO_ROOT
-
+from tests.validation.support import FIXTURES, REPO_ROOT
 from validation.cli import main
 
 GOOD = FIXTURES / "apps" / "good"
@@ -16,7 +15,7 @@ def test_manifests_ok(crds, capsys, no_kubeconform):
     code = main(["manifests", "--apps-dir", str(GOOD), "--env", "good", "--kube-version", "1.34.0",
                  "--schema-location", str(crds)])
     assert code == 0
-    assert capsys.readouterr().out.splitlines()[0] == "good: 16 resources checked, 16 valid, 0 invalid, 0 skipped"
+    assert capsys.readouterr().out.splitlines()[0] == "good: 17 resources checked, 17 valid, 0 invalid, 0 skipped"
 
 
 def test_manifests_invalid_exit_1(crds, capsys, no_kubeconform):
@@ -43,7 +42,7 @@ def test_manifests_missing_schemas_exit_2(tmp_path, capsys, monkeypatch):
 
 def test_policy_flags(capsys):
     assert main(["policy", "--apps-dir", str(GOOD), "--env", "good", "--gpu-nodes", "--efa-nodes"]) == 0
-    assert capsys.readouterr().out.strip() == "good: policies OK (8 rules checked)"
+    assert capsys.readouterr().out.strip() == "good: policies OK (9 rules checked)"
     assert main(["policy", "--apps-dir", str(GOOD), "--env", "cpu", "--no-gpu-nodes"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("gpu-only-on-gpu-env: ") and "cpu: 3 policy violation(s)" in out
@@ -76,4 +75,37 @@ def test_module_entry_point(crds):
     assert proc.returncode == 0
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [
         "resources-required", "image-pinned", "no-plaintext-secrets", "gpu-only-on-gpu-env", "efa-complete", "efa-image",
-        "efa-only-on-efa-env", "dashboard-not-exposed"]
+        "efa-only-on-efa-env", "dashboard-not-exposed", "network-policy"]
+
+
+def test_facts_from_a_repository_environment_are_the_composed_ones(capsys):
+    """environments/eks.yaml alone has no kubernetesVersion (base.yaml has it): the generator's loader composes it."""
+    import yaml
+
+    from validation.cli import _facts_from
+    assert "kubernetesVersion" not in (yaml.safe_load((REPO_ROOT / "environments" / "eks.yaml").read_text()) or {})
+    base = yaml.safe_load((REPO_ROOT / "environments" / "base.yaml").read_text())
+    facts = _facts_from(REPO_ROOT / "environments" / "eks.yaml")
+    assert facts.kubernetes_version == base["kubernetesVersion"] and facts.gpu_nodes and facts.efa_nodes
+    assert main(["policy", "--apps-dir", str(REPO_ROOT / "apps" / "eks"), "--facts-from",
+                 str(REPO_ROOT / "environments" / "eks.yaml")]) == 0
+    assert "eks: policies OK" in capsys.readouterr().out
+
+
+def test_validate_and_lint_run_from_the_validation_side_and_name_an_unknown_environment():
+    proc = subprocess.run([sys.executable, "-m", "validation", "lint", "--env", "nope"], cwd=REPO_ROOT,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "nope" in proc.stderr and "eks" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_generator_never_imports_validation():
+    """Data flows one way: environments + charts -> generator -> apps/; validation reads what the generator makes."""
+    import ast
+    offenders = []
+    for path in sorted((REPO_ROOT / "generator").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            offenders += [f"{path.relative_to(REPO_ROOT)}:{node.lineno} {n}" for n in names
+                          if n == "validation" or n.startswith("validation.")]
+    assert offenders == []

@@ -7,10 +7,9 @@ import urllib.error
 
 import pytest
 
+from tests.validation.support import FIXTURES, KUBE_VERSION
 from validation import FetchError, fetch_schemas, validate_manifests
 from validation.fetch_schemas import PINNED_FILES
-
-from validation_test_support import FIXTURES, KUBE_VERSION
 
 
 def test_pins():
@@ -18,7 +17,7 @@ def test_pins():
     assert ("https://raw.githubusercontent.com/ray-project/kuberay/v1.7.0/ray-operator/config/crd/bases/"
             "ray.io_rayclusters.yaml") in urls
     assert "https://raw.githubusercontent.com/argoproj/argo-cd/v3.5.1/manifests/crds/application-crd.yaml" in urls
-    assert ("https://raw.githubusercontent.com/kubeflow/training-operator/v1.9.0/manifests/base/crds/"
+    assert ("https://raw.githubusercontent.com/kubeflow/trainer/v1.9.4/manifests/base/crds/"
             "kubeflow.org_pytorchjobs.yaml") in urls
     assert len(urls) == 8
 

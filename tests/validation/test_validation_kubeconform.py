@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from validation_test_support import FIXTURES, KUBE_VERSION
+from tests.validation.support import FIXTURES, KUBE_VERSION
 from validation import validate_manifests
 from validation.kubeconform import build_command, normalize_kube_version, parse_output
 
@@ -27,7 +27,7 @@ def test_command_construction(tmp_path):
 def test_kubeconform_is_used_when_on_path(crds, fake_kubeconform):
     report = validate_manifests(GOOD, KUBE_VERSION, crds, env_name="good")
     assert report.backend == "kubeconform"
-    assert report.summary_line() == "good: 16 resources checked, 16 valid, 0 invalid, 0 skipped"
+    assert report.summary_line() == "good: 17 resources checked, 17 valid, 0 invalid, 0 skipped"
     assert report.ok, report.render()
 
     call = json.loads(fake_kubeconform.read_text())
@@ -35,13 +35,14 @@ def test_kubeconform_is_used_when_on_path(crds, fake_kubeconform):
     assert argv[:6] == ["-strict", "-summary", "-output", "json", "-kubernetes-version", "1.34.0"]
     locations = [argv[i + 1] for i, arg in enumerate(argv) if arg == "-schema-location"]
     assert locations[0].endswith("/" + TEMPLATE) and locations[1] == "default"
-    assert len([a for a in argv if a.endswith(".yaml")]) == 16
+    assert len([a for a in argv if a.endswith(".yaml")]) == 17
     # The same schemas as in-process, in kubeconform's file layout.
     assert {"raycluster-ray-v1.json", "rayjob-ray-v1.json", "pytorchjob-kubeflow-v1.json",
             "application-argoproj-v1alpha1.json", "applicationset-argoproj-v1alpha1.json",
             "appproject-argoproj-v1alpha1.json", "namespace-v1.json", "service-v1.json", "configmap-v1.json",
             "persistentvolumeclaim-v1.json", "storageclass-storage-v1.json", "resourcequota-v1.json",
-            "deployment-apps-v1.json", "ingress-networking-v1.json", "secret-v1.json"} == set(call["schema_files"])
+            "deployment-apps-v1.json", "ingress-networking-v1.json", "secret-v1.json",
+            "networkpolicy-networking-v1.json"} == set(call["schema_files"])
 
 
 def test_kubeconform_and_in_process_agree(crds, fake_kubeconform):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from validation_test_support import FIXTURES, KUBE_VERSION
+from tests.validation.support import FIXTURES, KUBE_VERSION
 from validation import RULES, EnvFacts, check_documents, check_policies, validate_manifests
 from validation.manifests import Manifest
 from validation.policy import image_problem
@@ -180,6 +180,7 @@ def test_dashboard_not_exposed():
     found = _found(check_policies(POLICY / "dashboard-not-exposed", GPU_ENV))
     assert found == [
         ("dashboard-not-exposed", "ingress-dashboard.yaml", "spec.rules[0].http.paths[0].backend"),
+        ("dashboard-not-exposed", "networkpolicy-dashboard-open.yaml", "spec.ingress[0].from[0].ipBlock"),
         ("dashboard-not-exposed", "raycluster-nodeport.yaml", "spec.headGroupSpec.enableIngress"),
         ("dashboard-not-exposed", "raycluster-nodeport.yaml", "spec.headGroupSpec.serviceType"),
         ("dashboard-not-exposed", "service-dashboard-lb.yaml", "spec.type"),
@@ -217,6 +218,32 @@ def test_dashboard_exposure_variants():
         ("3.yaml", "spec.defaultBackend"),
         ("4.yaml", "spec.rules[0].backendRefs[0]"),
     ]
+
+
+def test_network_policy():
+    found = _found(check_policies(POLICY / "network-policy", GPU_ENV))
+    assert found == [
+        ("network-policy", "pytorchjob-unselected.yaml", "spec.pytorchReplicaSpecs.Master.template.metadata.labels"),
+        ("network-policy", "pytorchjob-unselected.yaml", "spec.pytorchReplicaSpecs.Worker.template.metadata.labels"),
+        ("network-policy", "raycluster-unselected.yaml", "spec.headGroupSpec.template.metadata.labels"),
+        ("network-policy", "raycluster-unselected.yaml", "spec.workerGroupSpecs[0].template.metadata.labels"),
+    ]
+    # a policy selecting the cluster's labels (or the whole namespace) covers it; one in another namespace does not
+    cluster = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "c", "namespace": "a"},
+               "spec": {"headGroupSpec": {"template": {"metadata": {"labels": {"app.kubernetes.io/instance": "c",
+                                                                              "x": "y"}}}}}}
+
+    def policy(namespace, selector):
+        return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": "p", "namespace": namespace}, "spec": {"podSelector": selector}}
+    for doc, covered in ((policy("a", {"matchLabels": {"app.kubernetes.io/instance": "c"}}), True),
+                         (policy("a", {}), True), (policy("b", {}), False),
+                         (policy("a", {"matchLabels": {"app.kubernetes.io/instance": "d"}}), False)):
+        found = check_documents([_manifest(cluster), _manifest(doc, "p.yaml")], GPU_ENV, ["network-policy"])
+        assert (found == []) == covered, (doc, found)
+    rayjob_on_existing = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "j"},
+                          "spec": {"clusterSelector": {"ray.io/cluster": "c"}}}
+    assert check_documents([_manifest(rayjob_on_existing)], GPU_ENV, ["network-policy"]) == []
 
 
 def test_pod_templates_everywhere_are_walked():

@@ -7,11 +7,10 @@ import sys
 
 import pytest
 
-from test_validation_schema_validation import GOOD, INVALID_CASES, INVALID_DIR
-from validation import validate_manifests
+from tests.validation.support import GOOD, INVALID_CASES, INVALID_DIR, KUBE_VERSION
 from validation import kubeconform as kc
+from validation import validate_manifests
 from validation.report import INVALID
-from validation_test_support import KUBE_VERSION
 
 # kubeconform reports the schema error as it sees it: the path is the check here, not the wording
 SCHEMA_CASES = [case for case in INVALID_CASES if not case[0].startswith("configmap-")]
@@ -32,7 +31,7 @@ def test_the_valid_tree_passes_kubeconform(crds, kubeconform):
                                 env_name="good")
     assert report.backend == "kubeconform"
     assert report.ok, report.render()
-    assert report.summary_line() == "good: 16 resources checked, 16 valid, 0 invalid, 0 skipped"
+    assert report.summary_line() == "good: 17 resources checked, 17 valid, 0 invalid, 0 skipped"
 
 
 @pytest.mark.parametrize("fixture, path, _message", SCHEMA_CASES)

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from validation_test_support import FIXTURES, KUBE_VERSION
+from tests.validation.support import GOOD, INVALID_CASES, INVALID_DIR, KUBE_VERSION
 from validation import MissingSchemasError, validate_manifests
 from validation.report import INVALID, SKIPPED, VALID
-
-INVALID_DIR = FIXTURES / "schema" / "invalid"
-GOOD = FIXTURES / "apps" / "good"
 
 
 def _validate(apps_dir, crds, **kwargs):
@@ -19,7 +16,7 @@ def _validate(apps_dir, crds, **kwargs):
 def test_valid_environment_passes(crds):
     report = _validate(GOOD, crds, env_name="good")
     assert report.ok, report.render()
-    assert report.summary_line() == "good: 16 resources checked, 16 valid, 0 invalid, 0 skipped"
+    assert report.summary_line() == "good: 17 resources checked, 17 valid, 0 invalid, 0 skipped"
     assert report.backend == "in-process"
     kinds = {r.kind for r in report.results}
     assert {"RayCluster", "RayJob", "PyTorchJob", "Application", "ApplicationSet", "AppProject", "Namespace",
@@ -27,30 +24,6 @@ def test_valid_environment_passes(crds):
             "Ingress"} <= kinds
 
 
-INVALID_CASES = [
-    # RayCluster / RayJob / PyTorchJob / Application against ../shared/crds
-    ("raycluster-wrong-type.yaml", "spec.workerGroupSpecs[0].replicas", 'expected integer, got string "two"'),
-    ("raycluster-unknown-field.yaml", "spec.headGroupSpec.serviceTyp", "unknown field"),
-    ("raycluster-missing-required.yaml", "spec.workerGroupSpecs[0].groupName", "required field is missing"),
-    ("raycluster-unknown-top-level.yaml", "specs", "unknown field"),
-    ("raycluster-label-not-string.yaml", "metadata.labels.version", "expected string"),
-    ("rayjob-wrong-type.yaml", "spec.shutdownAfterJobFinishes", 'expected boolean, got string "yes"'),
-    ("rayjob-unknown-field.yaml",
-     "spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].imagePullPolcy", "unknown field"),
-    ("rayjob-missing-required.yaml", "spec.rayClusterSpec.headGroupSpec.template", "required field is missing"),
-    ("rayjob-int-or-string.yaml",
-     "spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].resources.limits.cpu",
-     "expected integer or string, got array"),
-    ("pytorchjob-unknown-field.yaml", "spec.pytorchReplicaSpecs.Worker.replica", "unknown field"),
-    ("application-missing-required.yaml", "spec.destination", "required field is missing"),
-    # built-in kinds against kubernetes-validate's strict schemas
-    ("service-wrong-type.yaml", "spec.ports[0].port", 'expected integer, got string "http"'),
-    ("service-unknown-field.yaml", "spec.selectr", "unknown field"),
-    ("persistentvolumeclaim-missing-required.yaml", "spec.dataSourceRef.kind", "required field is missing"),
-    # files that break the layout
-    ("configmap-duplicate-key.yaml", "(file)", "duplicate key 'MODEL'"),
-    ("configmap-two-documents.yaml", "(file)", "holds 2 YAML documents"),
-]
 
 
 @pytest.mark.parametrize("fixture, path, message", INVALID_CASES)

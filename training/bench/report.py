@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 
 def _f(v: Any, digits: int = 2, suffix: str = "") -> str:
@@ -18,7 +18,7 @@ def _f(v: Any, digits: int = 2, suffix: str = "") -> str:
     return str(v)
 
 
-def _write_json(data: Dict[str, Any], path: Path) -> Path:
+def _write_json(data: dict[str, Any], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")
     return path
@@ -35,11 +35,11 @@ def _plt():
 
 # ---------------------------------------------------------------- bench-train
 
-def _order(settings: Dict[str, Any]) -> List[str]:
+def _order(settings: dict[str, Any]) -> list[str]:
     return [f"plain-{t}t" for t in settings["threads"]] + [f"ray-{w}w" for w in settings["workers"]]
 
 
-def train_markdown(report: Dict[str, Any]) -> str:
+def train_markdown(report: dict[str, Any]) -> str:
     s = report["settings"]
     m = report["machine"]
     agg = report["configurations"]
@@ -100,7 +100,7 @@ def train_markdown(report: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def train_plot(report: Dict[str, Any], path: Path) -> Path:
+def train_plot(report: dict[str, Any], path: Path) -> Path:
     plt = _plt()
     s = report["settings"]
     agg = report["configurations"]
@@ -121,7 +121,7 @@ def train_plot(report: Dict[str, Any], path: Path) -> Path:
         lo = [a["steady_samples_per_s"] - a.get("steady_samples_per_s_min", a["steady_samples_per_s"]) for a in items]
         hi = [a.get("steady_samples_per_s_max", a["steady_samples_per_s"]) - a["steady_samples_per_s"] for a in items]
         bars = ax.bar(labels, vals, yerr=[lo, hi], capsize=4, color=[colors[k] for k in keys])
-        for b, v in zip(bars, vals):
+        for b, v in zip(bars, vals, strict=True):
             ax.annotate(f"{v:.0f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8,
                         xytext=(0, 2), textcoords="offset points")
         ax.set_title(f"{fw}: steady throughput (after warm-up epoch)")
@@ -134,10 +134,10 @@ def train_plot(report: Dict[str, Any], path: Path) -> Path:
                 for a in items]
         ax.bar(labels, startup, color="#ffb74d", label="start-up (to first step)")
         ax.bar(labels, train, bottom=startup, color=[colors[k] for k in keys], label="training steps")
-        bottom = [a + b for a, b in zip(startup, train)]
+        bottom = [a + b for a, b in zip(startup, train, strict=True)]
         if any(x > 0.05 for x in tail):
             ax.bar(labels, tail, bottom=bottom, color="#ef9a9a", hatch="//", label="idle after last step (fit tail)")
-            bottom = [a + b for a, b in zip(bottom, tail)]
+            bottom = [a + b for a, b in zip(bottom, tail, strict=True)]
         ax.bar(labels, rest, bottom=bottom, color="#e0e0e0", label="evaluation + teardown")
         for i, a in enumerate(items):
             ax.annotate(f"{a['wall_s']:.1f} s", (i, a["wall_s"]), ha="center", va="bottom", fontsize=8,
@@ -154,7 +154,7 @@ def train_plot(report: Dict[str, Any], path: Path) -> Path:
     return path
 
 
-def write_train_report(report: Dict[str, Any], out: Path, name: str = "bench-train") -> List[Path]:
+def write_train_report(report: dict[str, Any], out: Path, name: str = "bench-train") -> list[Path]:
     """<name>.json, <name>.md and <name>.png in `out` (make bench-train; make bench-cluster with its own name)."""
     out = Path(out)
     paths = [_write_json(report, out / f"{name}.json")]
@@ -167,7 +167,7 @@ def write_train_report(report: Dict[str, Any], out: Path, name: str = "bench-tra
 
 # ---------------------------------------------------------------- bench-tune
 
-def tune_markdown(report: Dict[str, Any]) -> str:
+def tune_markdown(report: dict[str, Any]) -> str:
     s = report["settings"]
     r = report["schedulers"]
     c = report["comparison"]
@@ -205,10 +205,10 @@ def tune_markdown(report: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def tune_plot(report: Dict[str, Any], path: Path) -> Path:
+def tune_plot(report: dict[str, Any], path: Path) -> Path:
     plt = _plt()
     s = report["settings"]
-    metric, mode = s["metric"], s["mode"]
+    metric = s["metric"]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     colors = {"fifo": "#616161", "asha": "#1565c0"}
     ax = axes[0]
@@ -216,7 +216,7 @@ def tune_plot(report: Dict[str, Any], path: Path) -> Path:
         x = report["schedulers"].get(name)
         if not x:
             continue
-        xs, ys = zip(*x["bestSoFar"]) if x["bestSoFar"] else ([], [])
+        xs, ys = zip(*x["bestSoFar"], strict=True) if x["bestSoFar"] else ([], [])
         ax.step(xs, ys, where="post", label=name.upper(), color=colors[name])
     ax.set_xlabel("trial-iterations spent (epochs, in completion order)")
     ax.set_ylabel(f"best {metric} so far" + (" (log scale)" if "loss" in metric else ""))
@@ -252,7 +252,7 @@ def tune_plot(report: Dict[str, Any], path: Path) -> Path:
     return path
 
 
-def write_tune_report(report: Dict[str, Any], out: Path) -> List[Path]:
+def write_tune_report(report: dict[str, Any], out: Path) -> list[Path]:
     out = Path(out)
     paths = [_write_json(report, out / "bench-tune.json")]
     md = out / "bench-tune.md"

@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 RESULT_PREFIX = "BENCH_RESULT "
 DEFAULT_OUT = "results/bench-train"
@@ -63,7 +63,7 @@ def say(message: str) -> None:
 
 # ---------------------------------------------------------------- settings and plan
 
-def settings_from_args(args) -> Dict[str, Any]:
+def settings_from_args(args) -> dict[str, Any]:
     if args.tiny:
         data = {"source": args.data, "maxTrainSamples": 256, "maxValSamples": 128, "numSamples": 256,
                 "validationFraction": 0.2}
@@ -88,7 +88,7 @@ def settings_from_args(args) -> Dict[str, Any]:
     }
 
 
-def plan(settings: Dict[str, Any]) -> List[Dict[str, Any]]:
+def plan(settings: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for fw in settings["frameworks"]:
         for t in settings["threads"]:
@@ -101,7 +101,7 @@ def plan(settings: Dict[str, Any]) -> List[Dict[str, Any]]:
 ONLY_KEY = re.compile(r"^(?P<framework>pytorch|tensorflow)/(?:plain-(?P<threads>[1-9][0-9]*)t|ray-(?P<workers>[1-9][0-9]*)w)$")
 
 
-def config_for(key: str) -> Dict[str, Any]:
+def config_for(key: str) -> dict[str, Any]:
     """The configuration a key of the plan names (pytorch/plain-1t, tensorflow/ray-2w, ...)."""
     match = ONLY_KEY.match(key)
     if not match:
@@ -113,7 +113,7 @@ def config_for(key: str) -> Dict[str, Any]:
     return {"key": key, "framework": fw, "kind": "ray", "threads": 1, "workers": int(workers)}
 
 
-def label(cfg: Dict[str, Any]) -> str:
+def label(cfg: dict[str, Any]) -> str:
     if cfg["kind"] == "plain":
         return f"plain, {cfg['threads']} thread{'s' if cfg['threads'] > 1 else ''}"
     return f"Ray Train, {cfg['workers']} worker{'s' if cfg['workers'] > 1 else ''}"
@@ -125,7 +125,7 @@ def now() -> float:
     return time.time()
 
 
-def process_start_time() -> Optional[float]:
+def process_start_time() -> float | None:
     """When this process was created (Linux /proc), to split a Ray worker's start from the rest."""
     try:
         with open("/proc/self/stat", encoding="ascii") as fh:
@@ -144,14 +144,14 @@ def _data_cfg(settings):
 
 # ---------------------------------------------------------------- PyTorch: one loop for plain and Ray
 
-def torch_train(settings: Dict[str, Any], shard, threads: int, rank: int = 0, world: int = 1,
-                wrap=None, allreduce=None) -> Dict[str, Any]:
+def torch_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, world: int = 1,
+                wrap=None, allreduce=None) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
     from training.models_torch import build_cnn
 
-    marks: Dict[str, float] = {}
+    marks: dict[str, float] = {}
     torch.set_num_threads(threads)
     torch.manual_seed(settings["seed"])
     m = settings["model"]
@@ -166,7 +166,7 @@ def torch_train(settings: Dict[str, Any], shard, threads: int, rank: int = 0, wo
     n = len(x)
     bs = min(settings["batchSize"], n)
     steps = max(n // bs, 1)
-    step_ends: List[float] = []
+    step_ends: list[float] = []
     loss_v = 0.0
     for epoch in range(1, settings["epochs"] + 1):
         model.train()
@@ -194,7 +194,7 @@ def torch_train(settings: Dict[str, Any], shard, threads: int, rank: int = 0, wo
             "parameters": sum(p.numel() for p in bare.parameters())}
 
 
-def _ray_torch_worker(config: Dict[str, Any]) -> None:
+def _ray_torch_worker(config: dict[str, Any]) -> None:
     """Ray Train per-worker function (TorchTrainer)."""
     enter = now()
     import ray.train
@@ -223,13 +223,13 @@ def _ray_torch_worker(config: Dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- TensorFlow: one loop for plain and Ray
 
-def tf_train(settings: Dict[str, Any], shard, threads: int, rank: int = 0, world: int = 1,
-             distributed: bool = False) -> Dict[str, Any]:
+def tf_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, world: int = 1,
+             distributed: bool = False) -> dict[str, Any]:
     from training.env import TF_WORKER_ENV
 
     for key, value in TF_WORKER_ENV.items():
         os.environ.setdefault(key, value)
-    marks: Dict[str, float] = {}
+    marks: dict[str, float] = {}
     import tensorflow as tf
 
     from training.models_tf import build_cnn, keras
@@ -272,7 +272,7 @@ def tf_train(settings: Dict[str, Any], shard, threads: int, rank: int = 0, world
         val_ds = strategy.distribute_datasets_from_function(val_fn)
     else:
         train_ds, val_ds = train_fn(), val_fn()
-    step_ends: List[float] = []
+    step_ends: list[float] = []
 
     class Steps(k.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
@@ -287,7 +287,7 @@ def tf_train(settings: Dict[str, Any], shard, threads: int, rank: int = 0, world
             "parameters": int(model.count_params())}
 
 
-def _ray_tf_worker(config: Dict[str, Any]) -> None:
+def _ray_tf_worker(config: dict[str, Any]) -> None:
     """Ray Train per-worker function (TensorflowTrainer: TF_CONFIG is set, MultiWorkerMirroredStrategy)."""
     enter = now()
     import ray.train
@@ -306,8 +306,8 @@ def _ray_tf_worker(config: Dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- one configuration, in this (child) process
 
-def run_one(cfg: Dict[str, Any], settings: Dict[str, Any], spawn: float, ray_address: Optional[str]) -> Dict[str, Any]:
-    marks: Dict[str, float] = {"spawn": spawn, "childStart": CHILD_START}
+def run_one(cfg: dict[str, Any], settings: dict[str, Any], spawn: float, ray_address: str | None) -> dict[str, Any]:
+    marks: dict[str, float] = {"spawn": spawn, "childStart": CHILD_START}
     if cfg["kind"] == "plain":
         if cfg["framework"] == "pytorch":
             import torch  # noqa: F401
@@ -377,7 +377,7 @@ CHILD_START = now()
 
 # ---------------------------------------------------------------- metrics of one run
 
-def measure(raw: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any]:
+def measure(raw: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Per-run figures from the raw marks of the driver and of each worker."""
     cfg, d, ws = raw["config"], raw["driver"], raw["workers"]
     w0 = ws[0]
@@ -459,8 +459,8 @@ def measure(raw: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any]:
 
 # ---------------------------------------------------------------- parent: run every configuration
 
-def run_child(cfg: Dict[str, Any], settings: Dict[str, Any], ray_address: Optional[str], log_path: Path,
-              timeout: float) -> Dict[str, Any]:
+def run_child(cfg: dict[str, Any], settings: dict[str, Any], ray_address: str | None, log_path: Path,
+              timeout: float) -> dict[str, Any]:
     env = dict(os.environ)
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([repo] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
@@ -483,8 +483,8 @@ def run_child(cfg: Dict[str, Any], settings: Dict[str, Any], ray_address: Option
     return json.loads(line[len(RESULT_PREFIX):])
 
 
-def machine_info() -> Dict[str, Any]:
-    info: Dict[str, Any] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()}
     try:
         with open("/proc/meminfo", encoding="ascii") as fh:
             info["memoryGiB"] = round(int(fh.readline().split()[1]) / 2**20, 1)
@@ -506,14 +506,14 @@ def median_of(values):
     return statistics.median(vals) if vals else None
 
 
-def aggregate(runs: List[Dict[str, Any]], configs: List[Dict[str, Any]]) -> Dict[str, Dict[str, Any]]:
+def aggregate(runs: list[dict[str, Any]], configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out = {}
     fields = ("wall_s", "startup_s", "train_s", "fit_tail_s", "steady_samples_per_s", "val_accuracy", "teardown_s")
     for cfg in configs:
         mine = [r for r in runs if r["key"] == cfg["key"]]
         if not mine:
             continue
-        agg: Dict[str, Any] = {"label": label(cfg), "framework": cfg["framework"], "kind": cfg["kind"],
+        agg: dict[str, Any] = {"label": label(cfg), "framework": cfg["framework"], "kind": cfg["kind"],
                                "threads": cfg["threads"], "workers": cfg["workers"], "runs": len(mine),
                                "global_batch": mine[0]["global_batch"], "samples_trained": mine[0]["samples_trained"]}
         for f in fields:
@@ -530,15 +530,15 @@ def aggregate(runs: List[Dict[str, Any]], configs: List[Dict[str, Any]]) -> Dict
     return out
 
 
-def compare(agg: Dict[str, Dict[str, Any]], settings: Dict[str, Any]) -> Dict[str, Any]:
+def compare(agg: dict[str, dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
     """Seed 002's comparison (baseline vs Ray: time, accuracy, speedup, efficiency) per framework, plus the
     steady-throughput and equal-CPU figures."""
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for fw in settings["frameworks"]:
         base = agg.get(f"{fw}/plain-1t")
         if not base:
             continue
-        entry: Dict[str, Any] = {
+        entry: dict[str, Any] = {
             "baseline": _seed_block("baseline", base, settings),
         }
         for t in settings["threads"]:
@@ -568,7 +568,7 @@ def compare(agg: Dict[str, Dict[str, Any]], settings: Dict[str, Any]) -> Dict[st
     return out
 
 
-def _seed_block(kind: str, agg: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any]:
+def _seed_block(kind: str, agg: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     block = {
         "training_type": kind,
         "training_time_seconds": agg["wall_s"],
@@ -582,14 +582,14 @@ def _seed_block(kind: str, agg: Dict[str, Any], settings: Dict[str, Any]) -> Dic
     return block
 
 
-def _int_list(text: str) -> List[int]:
+def _int_list(text: str) -> list[int]:
     values = sorted({int(x) for x in text.split(",") if x.strip()})
     if not values or values[0] < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: positive integers, comma-separated")
     return values
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.bench.train", description=__doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true", help="seconds-long run for tests: 256 samples, small CNN, 1 epoch, 1 repeat")
     p.add_argument("--repeats", type=int, help="runs per configuration (median reported); default 3 (--tiny: 1)")
@@ -652,8 +652,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         f"data {settings['data']['source']}, per-worker batch {settings['batchSize']}; Ray runs "
         + (f"join {args.ray_address}" if args.ray_address else "start a local Ray each"))
     t0 = now()
-    runs: List[Dict[str, Any]] = []
-    raws: List[Dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
+    raws: list[dict[str, Any]] = []
     for rep in range(settings["repeats"]):
         for cfg in configs:
             log_path = logs / f"{cfg['key'].replace('/', '_')}-{rep + 1}.log"

@@ -18,14 +18,13 @@ import argparse
 import contextlib
 import csv
 import io
-import json
 import math
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 DEFAULT_OUT = "results/bench-tune"
 
@@ -34,7 +33,7 @@ def say(message: str) -> None:
     print(f"[bench-tune] {message}", file=sys.stderr, flush=True)
 
 
-def settings_from_args(args) -> Dict[str, Any]:
+def settings_from_args(args) -> dict[str, Any]:
     if args.tiny:
         s = {"numSamples": args.num_samples or 4, "epochs": args.epochs or 3,
              "model": {"filters": [8, 16, 32], "dense": 32}, "data": {"source": "digits", "maxTrainSamples": 256}}
@@ -57,8 +56,8 @@ def settings_from_args(args) -> Dict[str, Any]:
     return s
 
 
-def spec_for(settings: Dict[str, Any], scheduler: str, storage: str) -> Dict[str, Any]:
-    tune_cfg: Dict[str, Any] = {
+def spec_for(settings: dict[str, Any], scheduler: str, storage: str) -> dict[str, Any]:
+    tune_cfg: dict[str, Any] = {
         "searchSpace": settings["searchSpace"],
         "scheduler": scheduler,
         "numSamples": settings["numSamples"],
@@ -83,7 +82,7 @@ def spec_for(settings: Dict[str, Any], scheduler: str, storage: str) -> Dict[str
     }
 
 
-def _progress(trial_dir: Path) -> List[Dict[str, Any]]:
+def _progress(trial_dir: Path) -> list[dict[str, Any]]:
     path = trial_dir / "progress.csv"
     if not path.exists():
         return []
@@ -91,7 +90,7 @@ def _progress(trial_dir: Path) -> List[Dict[str, Any]]:
         return list(csv.DictReader(fh))
 
 
-def _num(v) -> Optional[float]:
+def _num(v) -> float | None:
     try:
         f = float(v)
     except (TypeError, ValueError):
@@ -99,7 +98,7 @@ def _num(v) -> Optional[float]:
     return f if math.isfinite(f) else None
 
 
-def summarize(result: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any]:
+def summarize(result: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """What the comparison needs from one experiment's result JSON and its trials' progress.csv."""
     r = result["results"]
     metric, mode = settings["metric"], settings["mode"]
@@ -141,9 +140,9 @@ def summarize(result: Dict[str, Any], settings: Dict[str, Any]) -> Dict[str, Any
     }
 
 
-def compare(fifo: Dict[str, Any], asha: Dict[str, Any], mode: str) -> Dict[str, Any]:
+def compare(fifo: dict[str, Any], asha: dict[str, Any], mode: str) -> dict[str, Any]:
     fb, ab = fifo["bestMetric"], asha["bestMetric"]
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     if isinstance(fb, (int, float)) and isinstance(ab, (int, float)) and fb != 0:
         # Positive = ASHA is worse than FIFO, relative to FIFO's value.
         gap = (ab - fb) / abs(fb) if mode == "min" else (fb - ab) / abs(fb)
@@ -157,7 +156,7 @@ def compare(fifo: Dict[str, Any], asha: Dict[str, Any], mode: str) -> Dict[str, 
     return out
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m training.bench.tune", description=__doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true", help="seconds-long run for tests: 4 trials, 3 epochs, small CNN")
     p.add_argument("--num-samples", type=int, help="trials per scheduler; default 16 (--tiny: 4)")
@@ -185,7 +184,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    summaries: Dict[str, Dict[str, Any]] = {}
+    summaries: dict[str, dict[str, Any]] = {}
     try:
         with RaySession():
             for scheduler in ("fifo", "asha"):

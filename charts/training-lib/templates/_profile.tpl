@@ -138,7 +138,9 @@ container runtime sets (unlimited on the EKS accelerated AMI); the training entr
 
 {{/*
 The pod template of one group. Extra keys in the dict:
-  containerName, ports (list), command/args (optional), extraVolumes, extraVolumeMounts
+  containerName, ports (list), command/args (optional), extraVolumes, extraVolumeMounts,
+  apiAccess (the pod calls the Kubernetes API: the Ray head when KubeRay's autoscaler sidecar runs in it; every other
+  pod runs without a service-account token)
 */}}
 {{- define "tlib.podTemplate" -}}
 {{- $vals := .root.Values -}}
@@ -149,6 +151,7 @@ spec:
   {{- with $vals.serviceAccountName }}
   serviceAccountName: {{ . }}
   {{- end }}
+  automountServiceAccountToken: {{ .apiAccess | default false }}
   {{- with $vals.imagePullSecrets }}
   imagePullSecrets:
     {{- toYaml . | nindent 4 }}

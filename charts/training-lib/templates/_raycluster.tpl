@@ -32,10 +32,14 @@ autoscalerOptions:
   upscalingMode: {{ $vals.autoscaler.upscalingMode }}
   resources:
     {{- toYaml $vals.autoscaler.resources | nindent 4 }}
+  {{- with $vals.containerSecurityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 {{- end }}
 headGroupSpec:
   serviceType: {{ $vals.head.serviceType }}
-  {{- $headCtx := dict "root" $root "group" $vals.head "containerName" "ray-head" "extraVolumes" $extraVolumes "extraVolumeMounts" $extraVolumeMounts }}
+  {{- $headCtx := dict "root" $root "group" $vals.head "containerName" "ray-head" "extraVolumes" $extraVolumes "extraVolumeMounts" $extraVolumeMounts "apiAccess" $vals.autoscaler.enabled }}
   {{- $_ := set $headCtx "ports" (list (dict "containerPort" 6379 "name" "gcs-server") (dict "containerPort" 8265 "name" "dashboard") (dict "containerPort" 10001 "name" "client")) }}
   {{- with include "tlib.rayStartParams" $headCtx }}
   rayStartParams:

@@ -1,0 +1,34 @@
+"""The pinned upstream versions, from versions.yaml at the repository root (the one source of truth)."""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+VERSIONS_FILE = Path(__file__).resolve().parent.parent / "versions.yaml"
+
+
+@dataclass(frozen=True)
+class Versions:
+    kubernetes: str
+    ray: str
+    kuberay: str
+    argocd: str
+    training_operator: str
+
+    @property
+    def kubernetes_minor(self) -> str:
+        return ".".join(self.kubernetes.lstrip("v").split(".")[:2])
+
+
+@functools.cache
+def pinned(path: Path = VERSIONS_FILE) -> Versions:
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    keys = {"kubernetes": "kubernetes", "ray": "ray", "kuberay": "kuberay", "argocd": "argocd",
+            "trainingOperator": "training_operator"}
+    missing = sorted(set(keys) - set(data))
+    if missing:
+        raise ValueError(f"{path}: missing {', '.join(missing)}")
+    return Versions(**{field: str(data[key]) for key, field in keys.items()})

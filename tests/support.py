@@ -1,0 +1,24 @@
+"""Helpers shared by every test folder (imported by name; the conftest.py files hold only fixtures and hooks)."""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_generator(root: Path, *args, env=None) -> subprocess.CompletedProcess:
+    environ = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "generator", "--root", str(root), *args], cwd=REPO,
+                          capture_output=True, text=True, env=environ)
+
+
+def tree_digest(path: Path) -> dict:
+    """{relative path: sha256} of every file under `path` (an absent tree is {})."""
+    if not path.exists():
+        return {}
+    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.rglob("*")) if p.is_file()}
