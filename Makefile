@@ -31,9 +31,9 @@ validate: setup-base ## helm lint, schema validation (SCHEMAS=dir of CRDs) and p
 schemas: setup-base ## download the pinned upstream CRDs into .cache/schemas (needs network)
 	@$(PY) -m validation fetch-schemas
 
-bump-image: setup-base ## set the training image tag (TAG=0.2.0 keeps -cpu/-gpu/-efa) in every environment file, re-render
+bump-image: setup-base ## set the training image tag (TAG=0.2.0 keeps -cpu/-gpu/-efa) in every environment file (ENV= one, DIGEST=sha256:... with it), re-render
 	@test -n "$(TAG)" || { echo "usage: make bump-image TAG=0.2.0"; exit 2; }
-	@$(PY) -m generator bump-image --tag $(TAG)
+	@$(PY) -m generator bump-image --tag $(TAG) $(ENV_FLAG) $(if $(DIGEST),--digest $(DIGEST))
 
 lint: setup-base ## helm lint --strict every chart with every environment's values
 	@$(PY) -m validation lint $(ENV_FLAG)

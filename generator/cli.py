@@ -128,7 +128,7 @@ def cmd_bump_image(args) -> int:
     from . import bump_image
 
     root = _root(args)
-    for file, old, new in bump_image.bump(root, args.tag):
+    for file, old, new in bump_image.bump(root, args.tag, args.digest, args.env):
         print(f"{file}: cluster.image.tag {old} -> {new}")
     return cmd_render(argparse.Namespace(root=args.root, env=None, out=None, jobs=None)) if not args.no_render else 0
 
@@ -175,6 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bump-image", help="set the training image tag in every environment file, then re-render")
     p.add_argument("--tag", required=True)
+    p.add_argument("--digest", help="sha256:... of the image (with --env: one environment's image)")
+    p.add_argument("--env", help="only this environment's file")
     p.add_argument("--no-render", action="store_true")
     p.set_defaults(func=cmd_bump_image)
 

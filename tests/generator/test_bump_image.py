@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from generator import bump_image
-from tests.support import REPO, run_generator
+from tests.support import REPO, run_generator, tree_digest
 
 
 def test_round_trip_without_a_change_is_byte_for_byte(tmp_path):
@@ -47,3 +47,38 @@ def test_bump_rejects_unpinned_or_malformed_tags(repo_copy, bad):
     proc = run_generator(repo_copy, "bump-image", f"--tag={bad}")
     assert proc.returncode == 1 and "not a pinned image tag" in proc.stderr
     assert (repo_copy / "environments" / "base.yaml").read_text() == before
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def test_a_digest_pins_one_environments_image_and_a_new_tag_clears_it(repo_copy):
+    proc = run_generator(repo_copy, "bump-image", "--tag", "0.2.0", "--env", "eks", "--digest", DIGEST)
+    assert proc.returncode == 0, proc.stderr
+    assert f"environments/eks.yaml: cluster.image.tag 0.1.0-efa -> 0.2.0-efa@{DIGEST}" in proc.stdout
+    eks = yaml.safe_load((repo_copy / "environments/eks.yaml").read_text())["cluster"]["image"]
+    assert (eks["tag"], eks["digest"]) == ("0.2.0-efa", DIGEST)
+    cluster = yaml.safe_load((repo_copy / "apps/eks/ray-cluster/raycluster-eks-ray.yaml").read_text())
+    image = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.endswith(f"/ray-training:0.2.0-efa@{DIGEST}")
+    minikube = yaml.safe_load((repo_copy / "apps/minikube/ray-cluster/raycluster-minikube-ray.yaml").read_text())
+    assert "@" not in minikube["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
+    # a new tag without a digest: the stale digest goes with the old tag
+    proc = run_generator(repo_copy, "bump-image", "--tag", "0.3.0")
+    assert proc.returncode == 0, proc.stderr
+    assert f"environments/eks.yaml: cluster.image.tag 0.2.0-efa@{DIGEST} -> 0.3.0-efa" in proc.stdout
+    assert "digest" not in yaml.safe_load((repo_copy / "environments/eks.yaml").read_text())["cluster"]["image"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--digest", DIGEST], "give the environment too, ENV=<name>"),
+    (["--env", "eks", "--digest", "sha256:xyz"], "is not an image digest"),
+    (["--env", "nope"], "unknown environment 'nope'; known environments: eks, minikube"),
+    (["--env", "minikube", "--digest", DIGEST], "environments/minikube.yaml sets no cluster.image.tag"),
+])
+def test_a_bad_digest_or_environment_is_refused_and_nothing_changes(repo_copy, args, message):
+    before = tree_digest(repo_copy)
+    proc = run_generator(repo_copy, "bump-image", "--tag", "0.2.0", *args)
+    assert proc.returncode != 0 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert tree_digest(repo_copy) == before

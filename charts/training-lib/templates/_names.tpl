@@ -35,6 +35,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{- define "tlib.image" -}}
 {{- printf "%s:%s" .Values.image.repository (toString .Values.image.tag) -}}
+{{- with .Values.image.digest }}@{{ . }}{{ end -}}
 {{- end -}}
 
 {{/* Argo CD sync wave of a resource: platform (-1) < RayClusters and job specs (0) < jobs (1). */}}
