@@ -38,7 +38,7 @@ bump-image: setup-base ## set the training image tag (TAG=0.2.0 keeps -cpu/-gpu/
 lint: setup-base ## helm lint --strict every chart with every environment's values
 	@$(PY) -m validation lint $(ENV_FLAG)
 
-chart-schemas: setup-base ## compose each chart's values.schema.json from charts/training-lib/cluster.schema.yaml
+chart-schemas: setup-base ## compose each chart's values.schema.json from charts/training-lib/cluster.schema.yaml, and write each chart's README.md
 	@$(PY) -m generator chart-schemas
 
 values: setup-base ## print an environment's composed values (ENV=..., APP=... for one app's chart values)

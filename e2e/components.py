@@ -72,7 +72,7 @@ COMPONENTS = [
               ldflags=("-X sigs.k8s.io/kwok/pkg/consts.Version={version}",)),
     # KubeRay v1.7.0 is what the project pins (charts, Argo CD); the module proxy answers 403 "This module version
     # is not available" for github.com/ray-project/kuberay/ray-operator@v1.7.0.zip (its .info and .mod are
-    # served), so the e2e builds the newest release it does serve. See README "What make e2e proves".
+    # served), so the e2e builds the newest release it does serve. See docs/e2e.md.
     Component("kuberay", "github.com/ray-project/kuberay/ray-operator",
               {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"},
               pinned=f"v{versions.pinned().kuberay}"),

@@ -13,7 +13,7 @@
     appproject-<env>.yaml                  (-20) least privilege: this repo and the pinned upstream repos, the
                                                  environment's cluster and namespaces, the kinds apps/<env> renders
     secret-cluster-<env>.yaml              (-20) the environment's cluster (server, CA), labelled for the
-                                                 ApplicationSet; no credentials (see README)
+                                                 ApplicationSet; no credentials (see docs/argocd.md)
     application-<env>-kuberay-crds.yaml    (-12) the KubeRay CRDs (server-side apply)
     application-<env>-kuberay-operator.yaml, application-<env>-training-operator.yaml
                                            (-11) the operators; Healthy (the Application health check) before:

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from . import apps as apps_mod
-from . import argocd, charts, environments, render
+from . import argocd, chart_docs, charts, environments, render
 from .errors import RenderError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -63,7 +63,7 @@ def _files(root: Path) -> dict:
 def cmd_check_rendered(args) -> int:
     root = _root(args)
     envs = [args.env] if args.env else environments.names(root)
-    stale_schemas = charts.write_schemas(root, check_only=True)
+    stale_schemas = charts.write_schemas(root, check_only=True) + chart_docs.write_readmes(root, check_only=True)
     with tempfile.TemporaryDirectory(prefix="check-rendered-") as tmp:
         fresh = Path(tmp) / "fresh"
         render.render(root, None if not args.env else envs, fresh, args.jobs)
@@ -94,6 +94,7 @@ def cmd_check_rendered(args) -> int:
 def cmd_chart_schemas(args) -> int:
     root = _root(args)
     stale = charts.write_schemas(root, check_only=args.check)
+    stale += chart_docs.write_readmes(root, check_only=args.check)
     for path in stale:
         print(f"{'stale' if args.check else 'wrote'} {path.relative_to(root)}")
     return 1 if (args.check and stale) else 0

@@ -1,6 +1,6 @@
 """What runs inside each Ray Tune trial: the #5 trainers, driven by Tune.
 
-Two trial runners (``tuneConfig.trialRunner``; see the README's "Tuning" section for the choice):
+Two trial runners (``tuneConfig.trialRunner``; see docs/training.md, "Hyperparameter search", for the choice):
 
 * ``local`` -- the trial's own Tune process runs the framework's per-worker loop (``training/train_*.py`` or the
   user trainer) as a one-worker job. Tune forbids ``ray.train.report`` & co. inside a Tune function, so for the

@@ -1,4 +1,5 @@
 """Each chart on its own: renders on its defaults, its schema rejects unknown keys and wrong types, lint passes."""
+import json
 import subprocess
 import sys
 
@@ -6,7 +7,7 @@ import pytest
 import yaml
 
 from generator import charts
-from tests.support import REPO
+from tests.support import REPO, run_generator
 
 CHARTS = sorted(charts.available(REPO))
 RAY_CHARTS = sorted(p.name for p in charts.schema_charts(REPO))  # the charts built on training-lib
@@ -82,3 +83,32 @@ def test_lint_strict_with_every_environments_values():
     proc = subprocess.run([sys.executable, "-m", "validation", "lint"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "lint minikube/ray-cluster" in proc.stdout and "lint eks/job-digits-torch" in proc.stdout
+
+
+def test_chart_readmes_are_up_to_date_and_every_value_key_is_described():
+    from generator import chart_docs
+    assert chart_docs.write_readmes(REPO, check_only=True) == [], "run `python -m generator chart-schemas`"
+    for chart in ("platform", "ray-cluster", "ray-job", "pytorch-job"):
+        schema = json.loads((REPO / "charts" / chart / "values.schema.json").read_text())
+        rows = chart_docs.rows(schema, chart_docs.effective_defaults(REPO, REPO / "charts" / chart))
+        assert rows and [key for key, _, _, description in rows if not description] == [], chart
+    helpers = chart_docs.helpers(REPO / "charts" / "training-lib")
+    assert helpers and [name for name, _, doc in helpers if not doc] == []
+
+
+def test_helm_show_readme_documents_the_chart(helm_bin):
+    proc = helm(helm_bin, "show", "readme", "charts/ray-job")
+    assert proc.returncode == 0, proc.stderr
+    assert "| `job.entrypoint` | string | `\"python -m training run /etc/training/spec.yaml\"` |" in proc.stdout
+    assert "| `workerGroups.<name>.replicas` | integer |" in proc.stdout
+    assert "`tlib.networkPolicy`" in helm(helm_bin, "show", "readme", "charts/training-lib").stdout
+
+
+def test_a_schema_change_makes_the_readmes_stale(repo_copy):
+    schema = repo_copy / "charts/training-lib/cluster.schema.yaml"
+    schema.write_text(schema.read_text().replace("render the NetworkPolicy", "render the NetworkPolicy (changed)"))
+    proc = run_generator(repo_copy, "check-rendered")
+    assert proc.returncode == 1
+    assert "charts/ray-job/README.md is stale: run `python -m generator chart-schemas`" in proc.stdout, proc.stdout
+    assert run_generator(repo_copy, "chart-schemas").returncode == 0
+    assert "render the NetworkPolicy (changed)" in (repo_copy / "charts/ray-job/README.md").read_text()

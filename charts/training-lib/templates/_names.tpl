@@ -1,5 +1,5 @@
 {{/*
-Names and labels.
+Name of the resource: nameOverride, else the release name (a job's run name), at most 63 characters.
 */}}
 {{- define "tlib.name" -}}
 {{- default .Release.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
@@ -33,6 +33,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end }}
 {{- end -}}
 
+{{/* The Ray containers' image: <repository>:<tag>, with @<digest> when image.digest is set. */}}
 {{- define "tlib.image" -}}
 {{- printf "%s:%s" .Values.image.repository (toString .Values.image.tag) -}}
 {{- with .Values.image.digest }}@{{ . }}{{ end -}}

@@ -23,6 +23,7 @@ p5:   {rdma: "1", devices: 32}
 {{- if and .root.Values.efa.enabled (include "tlib.usesGpu" .) }}true{{ end -}}
 {{- end -}}
 
+{{/* The EFA settings of this group's instance family (efa.instanceFamily): RDMA read and devices per pod. */}}
 {{- define "tlib.efaSettings" -}}
 {{- $families := include "tlib.efaFamilies" . | fromYaml -}}
 {{- $family := .root.Values.efa.instanceFamily -}}
@@ -123,6 +124,7 @@ container runtime sets (unlimited on the EKS accelerated AMI); the training entr
 {{- if $vols }}{{ toYaml $vols }}{{ end -}}
 {{- end -}}
 
+{{/* Volume mounts every Ray container gets: /dev/shm, checkpoints, shared, group and extra mounts. */}}
 {{- define "tlib.volumeMounts" -}}
 {{- $vals := .root.Values -}}
 {{- $mounts := list -}}

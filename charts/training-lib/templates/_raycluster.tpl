@@ -1,9 +1,7 @@
 {{/*
-The spec of a RayCluster (also embedded as a RayJob's rayClusterSpec). Takes a dict:
-  root: the chart's top-level context (cluster values at .Values)
-  extraVolumes, extraVolumeMounts: added to every Ray pod (e.g. the job's spec ConfigMap)
+A group's `ray start` parameters (rayStartParams), as strings. num-gpus is not rendered: KubeRay derives it from the
+container's nvidia.com/gpu limit.
 */}}
-{{- /* num-gpus is not rendered: KubeRay derives it from the container's nvidia.com/gpu limit. */ -}}
 {{- define "tlib.rayStartParams" -}}
 {{- $params := deepCopy (.group.rayStartParams | default dict) -}}
 {{- range $k, $v := $params }}
@@ -11,6 +9,11 @@ The spec of a RayCluster (also embedded as a RayJob's rayClusterSpec). Takes a d
 {{- end }}
 {{- end -}}
 
+{{/*
+The spec of a RayCluster (also embedded as a RayJob's rayClusterSpec). Takes a dict:
+  root: the chart's top-level context (cluster values at .Values)
+  extraVolumes, extraVolumeMounts: added to every Ray pod (e.g. the job's spec ConfigMap)
+*/}}
 {{- define "tlib.rayClusterSpec" -}}
 {{- $root := .root -}}
 {{- $vals := $root.Values -}}
