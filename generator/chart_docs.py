@@ -198,15 +198,6 @@ def readme(root: Path, chart_dir: Path) -> str:
 
 def write_readmes(root: Path, check_only: bool = False) -> list[Path]:
     """Write (or, with check_only, list without writing) the charts' README.md files that differ."""
-    stale = []
-    for chart_dir in sorted(p.parent for p in (root / "charts").glob("*/Chart.yaml")):
-        library = _chart_meta(chart_dir).get("type") == "library"
-        if not library and not (chart_dir / "values.schema.json").is_file():
-            continue  # no schema, nothing to document from
-        target = chart_dir / "README.md"
-        text = readme(root, chart_dir)
-        if not target.exists() or target.read_text() != text:
-            stale.append(target)
-            if not check_only:
-                target.write_text(text)
-    return stale
+    documented = [d for d in sorted(p.parent for p in (root / "charts").glob("*/Chart.yaml"))
+                  if _chart_meta(d).get("type") == "library" or (d / "values.schema.json").is_file()]
+    return charts.write_generated(((d / "README.md", readme(root, d)) for d in documented), check_only)

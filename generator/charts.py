@@ -85,14 +85,18 @@ def schema_charts(root: Path) -> list[Path]:
     return sorted(out)
 
 
-def write_schemas(root: Path, check_only: bool = False) -> list[Path]:
-    """Write (or, with check_only, list without writing) the values.schema.json files that differ."""
+def write_generated(files, check_only: bool = False) -> list[Path]:
+    """Write each (path, text) whose file differs (with check_only: only list them); the paths that differed."""
     stale = []
-    for chart_dir in schema_charts(root):
-        target = chart_dir / "values.schema.json"
-        text = composed_schema(root, chart_dir)
+    for target, text in files:
         if not target.exists() or target.read_text() != text:
             stale.append(target)
             if not check_only:
                 target.write_text(text)
     return stale
+
+
+def write_schemas(root: Path, check_only: bool = False) -> list[Path]:
+    """Write (or, with check_only, list without writing) the values.schema.json files that differ."""
+    return write_generated(((d / "values.schema.json", composed_schema(root, d)) for d in schema_charts(root)),
+                           check_only)

@@ -162,12 +162,14 @@ def format_markdown(changes: list[Change], envs: list[str], base_ref: str, max_c
         names = [f"`{c.env}/{c.app}/{c.resource}` ({c.status})" for c in left_out]
         note = ["", f"**{len(left_out)} more resource(s) not shown** (the comment's size limit); the full diff is in "
                      f"the job's log, or run `make diff BASE={base_ref}`:", ""]
-        listed = []
+        listed: list[str] = []
+        used = len(text) + sum(len(x) + 3 for x in note)
         for name in names:
-            if budget is not None and len(text) + sum(len(x) + 3 for x in note + listed) + len(name) > max_chars - 100:
+            if budget is not None and used + len(name) > max_chars - 100:
                 listed.append(f"- … and {len(names) - len(listed)} more")
                 break
             listed.append(f"- {name}")
+            used += len(listed[-1]) + 3
         text += "\n".join(note + listed) + "\n"
     return text
 

@@ -22,13 +22,14 @@ from pathlib import Path
 
 from ruamel.yaml.comments import CommentedMap
 
-from . import change
+from training.bench.train import RESULT_PREFIX  # what a run prints its figures after (stdlib-only module)
+
+from . import change, targets
 from . import jobs as jobs_mod
 from . import logs as logs_mod
 from .targets import EXIT_NOT_HEALTHY, EXIT_TIMEOUT, Clients, OpsError, Target
 
 BASELINE, RAY = "bench-baseline", "bench-ray"
-RESULT_PREFIX = "BENCH_RESULT "  # training.bench.train.RESULT_PREFIX (kept equal by a test)
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 DEFAULT_OUT = "results/bench-cluster"
 
@@ -235,7 +236,7 @@ def bench_cluster(clients: Clients, target: Target, root: Path, settings: Settin
                                  timeout - (time.monotonic() - started), poll, out)
         raws[job] = collect(clients, target, runs[job])
         print(f"{job}: collected the result of {runs[job].name}", file=out, flush=True)
-        target = _reload(root, target)
+        target = targets.reload(root, target)
         previous = job
     if not keep:
         commits.append(change.commit_change(root, target, _edit({}, (RAY,)),
@@ -247,11 +248,6 @@ def bench_cluster(clients: Clients, target: Target, root: Path, settings: Settin
     print(f"bench-cluster done in {time.monotonic() - started:.0f} s: " + ", ".join(str(p) for p in paths),
           file=out)
     return 0
-
-
-def _reload(root: Path, target: Target) -> Target:
-    from .targets import target as load_target
-    return load_target(root, target.env, target.kubeconfig)
 
 
 def _summary(data: dict, out) -> None:

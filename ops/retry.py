@@ -36,12 +36,6 @@ def _set_run(doc, job: str, run: int) -> None:
     change.set_first(change.child(change.child(doc["jobs"], job), "job"), "run", run)
 
 
-def target_after_retry(root: Path, target: Target) -> Target:
-    """The environment as it is now in the checkout (after an earlier retry raised the counter)."""
-    from .targets import target as load_target
-    return load_target(root, target.env, target.kubeconfig)
-
-
 def retry(root: Path, target: Target, job: str, reason: str, push: bool = False, out=sys.stdout) -> str:
     """Edit, render, commit (and push). Returns the commit."""
     new = current_run(target, job) + 1

@@ -60,6 +60,11 @@ def target(root: Path, env: str, kubeconfig: str | None = None) -> Target:
                   doc=doc)
 
 
+def reload(root: Path, tgt: Target) -> Target:
+    """The environment as it is now in the checkout (after a commit of ours changed its file)."""
+    return target(root, tgt.env, tgt.kubeconfig)
+
+
 def api_client(kubeconfig: str | None, context: str):
     """A client for `context`, after checking the context exists and the API server answers within seconds."""
     from kubernetes import client, config

@@ -10,6 +10,7 @@ from pathlib import Path
 from . import diagnose as diagnose_mod
 from . import jobs as jobs_mod
 from . import retry as retry_mod
+from . import targets
 from .targets import EXIT_NOT_HEALTHY, EXIT_OK, EXIT_TIMEOUT, Clients, Target
 
 
@@ -42,7 +43,7 @@ def watch(clients: Clients, target: Target, job: str, root: Path, auto_retry: in
                 return EXIT_NOT_HEALTHY
             retries += 1
             reason = ", ".join(f.failure.name for f in diagnosis.findings)
-            fresh = retry_mod.target_after_retry(root, target)
+            fresh = targets.reload(root, target)
             retry_mod.retry(root, fresh, job, f"auto-retry {retries}/{auto_retry} after {reason}", push=True,
                             out=out)
             _wait_new_run(clients, target, job, run.name, timeout - (time.monotonic() - start), poll)

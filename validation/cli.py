@@ -154,26 +154,24 @@ def _facts_from(path: Path) -> EnvFacts:
     return EnvFacts.from_environment_file(path)
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _repository(run) -> int:
+    """Run a check of the whole repository; an input the generator refuses is CANNOT_RUN with its message."""
     from generator.errors import RenderError
-
-    from .repository import validate
     try:
-        return validate(args.root.resolve(), args.env, args.schema_location)
+        return run()
     except RenderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return CANNOT_RUN
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from .repository import validate
+    return _repository(lambda: validate(args.root.resolve(), args.env, args.schema_location))
 
 
 def _lint(args: argparse.Namespace) -> int:
-    from generator.errors import RenderError
-
     from .repository import lint
-    try:
-        return FAILED if lint(args.root.resolve(), args.env) else OK
-    except RenderError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return CANNOT_RUN
+    return _repository(lambda: FAILED if lint(args.root.resolve(), args.env) else OK)
 
 
 def _fetch(args: argparse.Namespace) -> int:

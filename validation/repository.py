@@ -21,11 +21,9 @@ def environment_names(root: Path, env: str | None) -> list[str]:
     return [env] if env else environments.names(root)
 
 
-def facts(root: Path, name: str) -> tuple[EnvFacts, list[Path]]:
-    """The policy facts of a composed environment, and the files it is composed from."""
-    from generator import environments
-    env = environments.load(root, name)
-    return EnvFacts.from_mapping(env.doc, name), [root / f for f in env.files]
+def facts(root: Path, env) -> tuple[EnvFacts, list[Path]]:
+    """The policy facts of a composed environment (generator.environments.Environment), and its files."""
+    return EnvFacts.from_mapping(env.doc, env.name), [root / f for f in env.files]
 
 
 def lint(root: Path, env: str | None = None, out=sys.stdout) -> int:
@@ -57,24 +55,26 @@ def validate(root: Path, env: str | None, schema_location: str | None, out=sys.s
     names = environment_names(root, env)
     failed = lint(root, env, out) != 0
     summaries = []
+    composed = {}
     for name in names:
-        kube_version = environments.load(root, name).kubernetes_version
+        composed[name] = environments.load(root, name)
         try:
-            report = validate_manifests(root / "apps" / name, kube_version, schema_location, env_name=name)
+            report = validate_manifests(root / "apps" / name, composed[name].kubernetes_version, schema_location,
+                                        env_name=name)
         except (MissingSchemasError, KubeconformError) as exc:
             print(f"{name}: cannot validate: {exc}", file=sys.stderr)
             return 2
         print(report.render(), file=out)
         summaries.append(report.summary_line())
         failed |= not report.ok
-        env_facts, files = facts(root, name)
+        env_facts, files = facts(root, composed[name])
         violations = check_policies(root / "apps" / name, env_facts, files)
         for violation in violations:
             print(violation, file=out)
         summaries.append(f"{name}: policy: {len(violations)} violations")
         failed |= bool(violations)
     if not env:
-        report = validate_manifests(root / "argocd" / "managed", environments.load(root, names[0]).kubernetes_version,
+        report = validate_manifests(root / "argocd" / "managed", composed[names[0]].kubernetes_version,
                                     schema_location, env_name="argocd")
         print(report.render(), file=out)
         summaries.append(report.summary_line())

@@ -60,12 +60,17 @@ def _not_placed(e2e, env: str):
     return pods, problems
 
 
-@pytest.mark.parametrize("env", ENVS)
-def test_every_pod_schedules_on_the_environments_nodes_within_quota(e2e, bootstrapped, env):
+def _placed(e2e, env: str) -> list:
+    """Every pod the workloads make exists and runs on a node (waits for it); the pods."""
     def check():
         pods, problems = _not_placed(e2e, env)
         return not problems, "; ".join(problems[:12]) or pods
-    pods = wait_for(check, PODS_TIMEOUT, 5, f"the {env} workloads' pods were not all placed")
+    return wait_for(check, PODS_TIMEOUT, 5, f"the {env} workloads' pods were not all placed")
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_every_pod_schedules_on_the_environments_nodes_within_quota(e2e, bootstrapped, env):
+    pods = _placed(e2e, env)
     node_names = {n["metadata"]["name"] for n in nodes.manifests(env)}
     assert {p.spec.node_name for p in pods} <= node_names
     for quota in e2e.core(env).list_namespaced_resource_quota(e2e.namespace(env)).items:
@@ -229,8 +234,7 @@ def test_pod_security_admission_is_enforced_and_admits_every_operator_pod(e2e, b
         assert ok, message
     ok, message = _admitted(e2e, env, _pod("e2e-psa-restricted", RESTRICTED_CONTAINER, RESTRICTED_POD))
     assert ok, message
-    wait_for(lambda: (not (problems := _not_placed(e2e, env)[1]), problems), PODS_TIMEOUT, 5,
-             f"{env}: pods missing or not running")
+    _placed(e2e, env)
     refused = [f"{ev.involved_object.kind}/{ev.involved_object.name}: {ev.message}" for ev in e2e.events(env)
                if "PodSecurity" in (ev.message or "")]
     assert refused == [], refused
@@ -242,8 +246,7 @@ def test_each_ray_cluster_network_policy_selects_exactly_its_pods(e2e, bootstrap
     cluster (by KubeRay's own ray.io/cluster label) and, for a RayJob, its submitter; every Ray pod is selected.
     (kwok has no network plugin: what the e2e shows is the objects and their selection, not packets dropped.)"""
     from kubernetes import client
-    wait_for(lambda: (not (problems := _not_placed(e2e, env)[1]), problems), PODS_TIMEOUT, 5,
-             f"{env}: pods missing or not running")
+    _placed(e2e, env)
     ns = e2e.namespace(env)
     policies = {p.metadata.name: p for p in
                 client.NetworkingV1Api(e2e.core(env).api_client).list_namespaced_network_policy(ns).items}

@@ -18,7 +18,7 @@ import yaml
 from ops import bench, change
 from ops.targets import OpsError, target
 from tests.ops.support import git
-from tests.support import REPO
+from tests.support import REPO, tree_digest
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bench"
 
@@ -34,15 +34,10 @@ def _rendered(root: Path, env: str, job: str) -> dict:
     return next(d for d in map(yaml.safe_load, (p.read_text() for p in files)) if d["kind"] == "RayJob")
 
 
-def _tree(root: Path, env: str) -> dict[str, bytes]:
-    base = root / "apps" / env
-    return {str(p.relative_to(base)): p.read_bytes() for p in sorted(base.rglob("*")) if p.is_file()}
-
-
 def test_the_pair_renders_as_rayjobs_running_the_bench_code_and_goes_away_without_a_trace(git_repo):
     tgt = target(git_repo, "minikube")
     before_file = (git_repo / "environments/minikube.yaml").read_text()
-    before_apps = _tree(git_repo, "minikube")
+    before_apps = tree_digest(git_repo / "apps" / "minikube")
     settings = bench.Settings(tiny=True)
     groups = bench.worker_groups(tgt)
     assert groups == ["workers"]
@@ -64,7 +59,7 @@ def test_the_pair_renders_as_rayjobs_running_the_bench_code_and_goes_away_withou
     change.commit_change(git_repo, target(git_repo, "minikube"), bench._edit({}, (bench.BASELINE, bench.RAY)),
                          "bench pair removed", out=io.StringIO())
     assert (git_repo / "environments/minikube.yaml").read_text() == before_file
-    assert _tree(git_repo, "minikube") == before_apps
+    assert tree_digest(git_repo / "apps" / "minikube") == before_apps
     assert git(git_repo, "log", "--format=%s").splitlines() == ["bench pair removed", "bench pair", "start"]
 
 
