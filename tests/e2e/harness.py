@@ -118,8 +118,15 @@ class Harness:
             annotations[kwok_stages.REASON] = reason
         if message:
             annotations[kwok_stages.MESSAGE] = message
-        self.core(env).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                            {"metadata": {"annotations": annotations}})
+        from kubernetes.client.exceptions import ApiException
+        try:
+            self.core(env).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                                {"metadata": {"annotations": annotations}})
+        except ApiException as exc:
+            # deleted since it was listed (a PyTorchJob's cleanPodPolicy removes a worker still running when the
+            # master succeeded): it has ended; the callers wait for the run's end, not for this pod
+            if exc.status != 404:
+                raise
 
     def print_to_log(self, env: str, pod, lines: list[str], container: str | None = None) -> None:
         """The pod prints these lines (kwok serves them as its log: e2e.pod_logs)."""
@@ -132,8 +139,15 @@ class Harness:
         annotations = {kwok_stages.WAITING: reason}
         if message:
             annotations[kwok_stages.MESSAGE] = message
-        self.core(env).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
-                                            {"metadata": {"annotations": annotations}})
+        from kubernetes.client.exceptions import ApiException
+        try:
+            self.core(env).patch_namespaced_pod(pod.metadata.name, pod.metadata.namespace,
+                                                {"metadata": {"annotations": annotations}})
+        except ApiException as exc:
+            # deleted since it was listed (a PyTorchJob's cleanPodPolicy removes a worker still running when the
+            # master succeeded): it has ended; the callers wait for the run's end, not for this pod
+            if exc.status != 404:
+                raise
 
     # --- Argo CD ----------------------------------------------------------------------------------------------
     def bootstrap(self) -> str:
