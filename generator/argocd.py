@@ -35,6 +35,7 @@ from .errors import RenderError
 
 ARGOCD_NAMESPACE = "argocd"
 HEALTH_CHECKS = Path("health-checks")  # <group>/<Kind>/health.lua, health_test.yaml, testdata/ (Argo CD's layout)
+HEALTH_PRELUDE = "prelude.lua"  # in HEALTH_CHECKS: put in front of every check
 ENV_LABEL = "ray-gitops/environment"
 KUBERAY_VERSION = versions.pinned().kuberay
 KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
@@ -101,11 +102,17 @@ def sync_policy(env: Environment, automated_default=True) -> dict:
     return policy
 
 
+def health_script(lua: Path) -> str:
+    """What Argo CD runs for one check: the shared prelude (health-checks/prelude.lua), then the check."""
+    prelude = lua.parent.parent.parent / HEALTH_PRELUDE
+    return prelude.read_text() + "\n" + lua.read_text()
+
+
 def health_configmap(root: Path) -> dict:
     data = {}
     for lua in sorted((root / HEALTH_CHECKS).glob("*/*/health.lua")):
         group, kind = lua.parent.parent.name, lua.parent.name
-        data[f"resource.customizations.health.{group}_{kind}"] = lua.read_text()
+        data[f"resource.customizations.health.{group}_{kind}"] = health_script(lua)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {**_meta("argocd-cm", wave=-30),
                          "labels": {"app.kubernetes.io/name": "argocd-cm", "app.kubernetes.io/part-of": "argocd"}},

@@ -18,7 +18,7 @@ from training.errors import ClusterConnectError, ResourceError
 CPU, GPU = "CPU", "GPU"
 
 
-def _export_import_path() -> None:
+def export_import_path() -> None:
     """A local Ray's workers inherit the driver's environment: put this package's parent folder and the current
     folder on their PYTHONPATH so they import ``training`` (and ``package.module`` trainers) from the same checkout.
     On a cluster the package is installed in the image instead."""
@@ -68,7 +68,7 @@ class RaySession:
             self.started = True
             self.kind = f"joined {self.address}"
         else:
-            _export_import_path()
+            export_import_path()
             dashboard = os.environ.get("TRAINING_RAY_DASHBOARD", "1") not in ("0", "false", "no")
             ray.init(
                 address="local",
@@ -118,18 +118,14 @@ def cluster_status(detail: bool = False) -> dict[str, Any]:
     return status
 
 
-def _per_node(kind: str) -> list[dict[str, float]]:
+def node_totals() -> list[dict[str, float]]:
+    """Each live node's total resources (Ray's resource names)."""
     import ray
-    from ray._private import state
 
-    try:
-        table = state.available_resources_per_node() if kind == "available" else state.total_resources_per_node()
-        return [dict(v) for v in table.values()]
-    except Exception:  # internal API: fall back to the node table's totals
-        return [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
+    return [dict(n.get("Resources") or {}) for n in ray.nodes() if n.get("Alive")]
 
 
-def _fits(per_node: list[dict[str, float]], bundle: dict[str, float], count: int) -> int:
+def fits(per_node: list[dict[str, float]], bundle: dict[str, float], count: int) -> int:
     """How many of ``count`` identical bundles a first-fit placement can put on these nodes."""
     free = [dict(n) for n in per_node]
     placed = 0
@@ -143,7 +139,7 @@ def _fits(per_node: list[dict[str, float]], bundle: dict[str, float], count: int
     return placed
 
 
-def _describe(per_node: list[dict[str, float]]) -> str:
+def describe(per_node: list[dict[str, float]]) -> str:
     parts = [f"node {i}: {n.get(CPU, 0):g} CPU, {n.get(GPU, 0):g} GPU" for i, n in enumerate(per_node)]
     return "; ".join(parts) or "no nodes"
 
@@ -155,39 +151,48 @@ def worker_bundle(job: dict[str, Any]) -> dict[str, float]:
     return bundle
 
 
-def check_resources(job: dict[str, Any], *, wait_seconds: float | None = None, poll: float = 1.0) -> dict[str, Any]:
-    """Fail fast (``ResourceError``) unless ``numWorkers`` bundles fit the cluster.
+def room_now(bundle: dict[str, float], count: int, strategy: str, wait_seconds: float) -> bool:
+    """Whether ``count`` bundles can be placed (with the run's strategy) within ``wait_seconds``: asked of Ray itself
+    with a placement group, removed again at once, so the run's own request then finds the room."""
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    group = placement_group([dict(bundle) for _ in range(count)], strategy=strategy)
+    try:
+        return bool(group.wait(timeout_seconds=max(wait_seconds, 0.001)))
+    finally:
+        remove_placement_group(group)
+
+
+def check_resources(job: dict[str, Any], *, wait_seconds: float | None = None) -> None:
+    """Fail fast (``ResourceError``) unless the run's workers fit the cluster (``minWorkers`` of an elastic run).
 
     Beyond the cluster's totals: fail at once, listing what the nodes have. Within the totals but not free right
     now (another job, or the placement group of a run that just ended): wait up to ``config.resourceWaitSeconds``
-    for it to be freed, then fail listing what is free. Ray Train itself would wait forever.
+    for it to be freed, then fail saying what is free. Ray Train itself would wait forever.
     """
-    n = job["numWorkers"]
+    import ray
+
+    n = job.get("minWorkers") or job["numWorkers"]
     bundle = worker_bundle(job)
     want = ", ".join(f"{v:g} {k}" for k, v in bundle.items())
-    totals = _per_node("total")
-    if _fits(totals, bundle, n) < n:
+    totals = node_totals()
+    if fits(totals, bundle, n) < n:
         sums = {k: sum(node.get(k, 0.0) for node in totals) for k in (CPU, GPU)}
         raise ResourceError(
             f"the job asks for {n} worker(s) x ({want}) but the cluster can place at most "
-            f"{_fits(totals, bundle, n)}: it has {len(totals)} node(s) with {sums[CPU]:g} CPU and {sums[GPU]:g} GPU in all "
-            f"({_describe(totals)}). Lower config.numWorkers / config.resourcesPerWorker"
+            f"{fits(totals, bundle, n)}: it has {len(totals)} node(s) with {sums[CPU]:g} CPU and {sums[GPU]:g} GPU in all "
+            f"({describe(totals)}). Lower config.numWorkers / config.resourcesPerWorker"
             + (" or set config.useGpu: false" if bundle.get(GPU) and sums[GPU] == 0 else "")
             + ".",
-            field="config.numWorkers" if _fits(totals, bundle, 1) >= 1 else "config.resourcesPerWorker",
+            field="config.numWorkers" if fits(totals, bundle, 1) >= 1 else "config.resourcesPerWorker",
         )
     wait_seconds = job.get("resourceWaitSeconds", 30.0) if wait_seconds is None else wait_seconds
-    deadline = time.time() + wait_seconds
-    while True:
-        avail = _per_node("available")
-        if _fits(avail, bundle, n) >= n:
-            return {"available": avail, "total": totals}
-        if time.time() >= deadline:
-            raise ResourceError(
-                f"the job asks for {n} worker(s) x ({want}); the cluster has room for it in total "
-                f"({_describe(totals)}) but only {_fits(avail, bundle, n)} fit into what has been free for "
-                f"{wait_seconds:g} s ({_describe(avail)}). Other work holds the rest; retry later or raise "
-                "config.resourceWaitSeconds.",
-                field="config.numWorkers",
-            )
-        time.sleep(poll)
+    if room_now(bundle, n, job.get("placementStrategy", "PACK"), wait_seconds):
+        return
+    free = ray.available_resources()
+    raise ResourceError(
+        f"the job asks for {n} worker(s) x ({want}); the cluster has room for it in total ({describe(totals)}) but "
+        f"Ray could not place it within {wait_seconds:g} s (free now: {free.get(CPU, 0.0):g} CPU, "
+        f"{free.get(GPU, 0.0):g} GPU). Other work holds the rest; retry later or raise config.resourceWaitSeconds.",
+        field="config.numWorkers",
+    )

@@ -63,7 +63,3 @@ class TrainingFailed(TrainingJobError):
     """Training started but failed after the allowed retries."""
 
     kind = "training"
-
-
-class NotImplementedMode(TrainingJobError):
-    kind = "not-implemented"

@@ -1,4 +1,4 @@
-"""The CNN of seed 002 in Keras (tf-keras, i.e. Keras 2, which MultiWorkerMirroredStrategy needs).
+"""The built-in image CNN in Keras (tf-keras, i.e. Keras 2, which MultiWorkerMirroredStrategy needs).
 
 Same layout as :mod:`training.models_torch`, and the same batch-norm momentum (Keras 0.9 = PyTorch 0.1; Keras'
 default 0.99 leaves the moving statistics far from the data after the few hundred steps of a small run, and

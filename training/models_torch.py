@@ -1,4 +1,4 @@
-"""The CNN of seed 002 in PyTorch: 3 conv blocks (64/128/256 filters, batch norm, dropout), dense 512.
+"""The built-in image CNN in PyTorch: 3 conv blocks (64/128/256 filters, batch norm, dropout), dense 512.
 
 Each block is conv-BN-ReLU, conv-BN-ReLU, 2x2 max-pool (only while the feature map is at least 2x2, so 8x8 digits
 and 32x32 CIFAR both work), dropout. Then flatten, dense 512, BN, ReLU, dropout, and the class layer.

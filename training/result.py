@@ -1,4 +1,4 @@
-"""The result JSON (seed 000's output schema plus optional extensions): build, validate, write."""
+"""The result JSON (the original trainer's output schema plus optional extensions): build, validate, write."""
 
 from __future__ import annotations
 

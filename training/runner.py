@@ -2,11 +2,13 @@
 
 Order matters: everything that can be checked without Ray (schema, the trainer function, the data path, the
 checkpoint to resume from) is checked before Ray starts; resources are checked against the connected cluster before
-any placement group is requested, so no run hangs waiting for resources that are not there.
+any placement group is requested, so no run hangs waiting for resources that are not there. Each mode (cluster,
+train, tune) is one function; :func:`run` wraps them with the one error-and-result handling.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -16,23 +18,21 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from training import checkpointing, storage
+from training import checkpointing, faults, storage
 from training.env import apply_quiet_defaults
-from training.errors import (
-    CheckpointError,
-    SpecError,
-    TrainingFailed,
-    TrainingJobError,
-)
+from training.errors import CheckpointError, SpecError, TrainingJobError
+from training.faults import TestHooks
 from training.result import clean, default_result_path, error_result, validate_result, write_result
 from training.spec import (
-    DEFAULT_NAME,
     DEFAULT_STORAGE,
+    INVALID_SPEC_NAME,
+    NAME_PATTERN,
     STORAGE_ENV,
     hyperparameters,
-    load_job,
     load_spec_file,
+    normalize,
     run_path,
+    validate_spec,
 )
 
 EXIT_CODES = {
@@ -41,97 +41,30 @@ EXIT_CODES = {
     "data": 4,
     "checkpoint": 5,
     "trainer": 6,
-    "not-implemented": 7,
     "cluster": 8,
     "training": 1,
     "internal": 1,
 }
-
-FAULT_ENV = "TRAINING_FAULT_INJECTION"
-LEDGER_ENV = "TRAINING_EPOCH_LEDGER"
 
 
 def say(message: str) -> None:
     print(f"[training] {message}", file=sys.stderr, flush=True)
 
 
-# ---------------------------------------------------------------- test hooks (environment of the driver)
+@dataclasses.dataclass
+class Progress:
+    """What a run has got to, for its result whether it succeeds or fails."""
 
-def _test_hooks(job: dict[str, Any], environ) -> None:
-    fault = environ.get(FAULT_ENV)
-    if fault:
-        parts = dict(p.split("=", 1) for p in fault.split(",") if "=" in p)
-        rp = run_path(job)
-        marker_dir = rp if not storage.is_uri(rp) else os.path.join("/tmp", "training-faults", job["name"])
-        job["_fault"] = {
-            "rank": int(parts.get("rank", 1)),
-            "epoch": int(parts.get("epoch", 2)),
-            "phase": parts.get("phase", "mid"),
-            "delay": float(parts.get("delay", 3.0)),
-            "marker": os.path.join(marker_dir, f".fault-injected-rank{parts.get('rank', 1)}-epoch{parts.get('epoch', 2)}"),
-        }
-        say(f"test hook {FAULT_ENV}: rank {job['_fault']['rank']} will exit at epoch {job['_fault']['epoch']} (once)")
-    ledger = environ.get(LEDGER_ENV)
-    if ledger:
-        job["_ledger"] = os.path.abspath(ledger)
-
-
-# ---------------------------------------------------------------- error helpers
-
-def _root_cause(exc: BaseException) -> BaseException:
-    """The user-level exception inside Ray's wrappers (RayTaskError.cause, WorkerGroupError.worker_failures)."""
-    seen = set()
-    while id(exc) not in seen:
-        seen.add(id(exc))
-        failures = getattr(exc, "worker_failures", None)
-        if failures:
-            exc = failures[sorted(failures)[0]]
-            continue
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, BaseException):
-            exc = cause
-            continue
-        inner = getattr(exc, "controller_failure", None) or getattr(exc, "health_check_failure", None)
-        if isinstance(inner, BaseException):
-            exc = inner
-            continue
-        break
-    return exc
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:400]
-
-
-def _training_failure(exc: BaseException, job: dict[str, Any]) -> TrainingJobError:
-    """One clear error out of Ray's wrappers. A worker's own ``TrainingJobError`` (bad data, bad checkpoint) wins;
-    otherwise a worker whose process died is named first (the others then fail in their collectives)."""
-    failures = getattr(exc, "worker_failures", None) or {}
-    roots = {rank: _root_cause(err) for rank, err in sorted(failures.items())}
-    for root in roots.values():
-        if isinstance(root, TrainingJobError):
-            return root
-    if not roots:
-        root = _root_cause(exc)
-        if isinstance(root, TrainingJobError):
-            return root
-        roots = {None: root}
-    died = [r for r, e in roots.items() if "Died" in type(e).__name__ or "Crash" in type(e).__name__]
-    primary = died[0] if died else next(iter(roots))
-    root = roots[primary]
-    who = "the controller" if primary is None else f"worker rank {primary}"
-    verb = "died" if died else "failed"
-    msg = (f"training failed after {job['checkpoint']['maxFailures']} allowed restart(s): {who} {verb}: "
-           f"{type(root).__name__}: {_first_line(root)}")
-    others = [f"rank {r}: {type(e).__name__}: {_first_line(e)[:160]}" for r, e in roots.items() if r != primary]
-    if others:
-        msg += " (then " + "; ".join(others) + ")"
-    return TrainingFailed(msg, details=str(exc)[-4000:])
+    started: float = dataclasses.field(default_factory=time.time)
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    job: dict[str, Any] | None = None
+    cluster: dict | None = None
+    fit_s: float = 0.0
 
 
 def _fallback_result_path(spec_path: str, environ) -> str:
     """Where an error result goes when the spec is too broken to say (name/storage read best-effort)."""
-    name, store = DEFAULT_NAME, environ.get(STORAGE_ENV) or DEFAULT_STORAGE
+    name, store = INVALID_SPEC_NAME, environ.get(STORAGE_ENV) or DEFAULT_STORAGE
     try:
         raw = load_spec_file(spec_path)
         if isinstance(raw.get("name"), str) and raw["name"].strip() and "/" not in raw["name"]:
@@ -146,7 +79,109 @@ def _fallback_result_path(spec_path: str, environ) -> str:
     return storage.join(store, name, "result.json")
 
 
-# ---------------------------------------------------------------- modes
+# ---------------------------------------------------------------- before Ray
+
+def load(spec_path: str, environ, name: str | None, sets: list[str] | None, num_samples: int | None) -> dict:
+    """The validated, normalized job of a spec file, with the command line's overrides."""
+    raw = load_spec_file(spec_path)
+    if sets or num_samples is not None:
+        from training.tune_spec import apply_overrides
+
+        say(f"spec overrides: {', '.join(apply_overrides(raw, sets, num_samples))}")
+    validate_spec(raw)
+    job = normalize(raw, environ)
+    if name:
+        if not re.fullmatch(NAME_PATTERN, name):
+            raise SpecError(f"--name {name!r} must match {NAME_PATTERN}", field="name")
+        job["name"], job["nameSource"] = name, "--name"
+    return job
+
+
+def pre_ray_checks(job: dict[str, Any], spec_dir: Path, resume: bool) -> tuple[Any | None, bool]:
+    """Trainer function, data path, and what this run continues: checked before Ray starts.
+    Returns (the user's trainer function or None, whether a Tune experiment is resumed)."""
+    from training.data import check_source
+
+    if job["mode"] == "cluster":
+        return None, False
+    user_fn = None
+    if job["trainerPath"]:
+        from training.user_trainer import load_function
+
+        user_fn = load_function(job["trainerPath"], search_dirs=[spec_dir])
+    check_source(job["data"])
+    if job["mode"] == "tune":
+        from training.tune import check_resume, experiment_exists
+
+        derived = job["nameSource"] == "derived"
+        if derived and not resume and experiment_exists(job):
+            say(f"this spec's experiment {job['name']} exists at {run_path(job)}: resuming it (finished trials are "
+                "kept; a changed spec gets a new name, --name starts another search)")
+            resume = True
+        return user_fn, check_resume(job, resume)
+    _check_resume_checkpoint(job)
+    return user_fn, False
+
+
+def _check_resume_checkpoint(job: dict[str, Any]) -> None:
+    resume = checkpointing.checkpoint_to_resume(job, run_path(job))
+    if not resume:
+        return
+    try:
+        meta = checkpointing.verify(resume, job["framework"])
+    except CheckpointError as exc:
+        if resume == job["checkpoint"].get("resumeFrom"):
+            exc.field = "checkpoint.resumeFrom"
+        raise
+    whose = "this spec's run" if job["nameSource"] == "derived" else "run"
+    say(f"{whose} {job['name']} continues from checkpoint {resume} (epoch {meta['epoch']} of {job['epochs']})")
+
+
+# ---------------------------------------------------------------- modes (inside a Ray session)
+
+def run_cluster(job: dict[str, Any], progress: Progress) -> tuple[dict, int]:
+    from training.cluster import cluster_status
+
+    detail = cluster_status(detail=True)
+    return {
+        "status": "success",
+        "results": {"numTrials": 0, "completedTrials": 0, "nodes": detail["nodes"],
+                    "availableCpu": detail["availableCpu"], "availableGpu": detail["availableGpu"]},
+        "clusterStatus": progress.cluster,
+        "trainingTime": 0.0,
+    }, 0
+
+
+def run_train(job: dict[str, Any], user_fn, hooks: TestHooks, progress: Progress) -> tuple[dict, int]:
+    from training import failures
+    from training.cluster import check_resources
+    from training.trainers import build_trainer, health_check_settings
+
+    t = time.time()
+    check_resources(job)
+    progress.timings["resourceCheck"] = round(time.time() - t, 3)
+    trainer = build_trainer(job, user_fn, hooks)
+    gpu = f" + {job['gpuPerWorker']:g} GPU" if job["gpuPerWorker"] else ""
+    workers = f"{job['minWorkers']}-{job['numWorkers']}" if job["minWorkers"] else str(job["numWorkers"])
+    say(f"starting {job['framework']} training: {workers} worker(s) x {job['cpuPerWorker']:g} CPU{gpu}, "
+        f"run folder {run_path(job)}")
+    t = time.time()
+    try:
+        with health_check_settings(job):
+            fit_result = failures.fit(trainer, job["checkpoint"]["maxFailures"])
+    finally:
+        progress.fit_s = time.time() - t
+    progress.timings["fit"] = round(progress.fit_s, 3)
+    return _success_train(job, fit_result, progress.cluster, progress.fit_s), 0
+
+
+def run_tune(job: dict[str, Any], user_fn, hooks: TestHooks, resume: bool, progress: Progress) -> tuple[dict, int]:
+    from training.tune import run_experiment
+
+    result, code, progress.fit_s = run_experiment(job, user_fn, progress.cluster, resume=resume, hooks=hooks)
+    progress.timings["fit"] = round(progress.fit_s, 3)
+    return result, code
+
 
 def _success_train(job: dict[str, Any], fit_result, cluster: dict, fit_s: float) -> dict:
     rv = fit_result.return_value or {}
@@ -177,6 +212,7 @@ def _success_train(job: dict[str, Any], fit_result, cluster: dict, fit_s: float)
         "metricMode": mode,
         "framework": job["framework"],
         "numWorkers": job["numWorkers"],
+        **({"worldSize": int(rv["worldSize"])} if rv.get("worldSize") else {}),
         "epochsCompleted": int(history[-1]["epoch"]) if history else int(rv.get("startEpoch") or 0),
         "epochsTrainedThisRun": list(rv.get("trainedEpochs") or []),
         "resumedFromEpoch": int(rv.get("startEpoch") or 0),
@@ -206,33 +242,57 @@ def _success_train(job: dict[str, Any], fit_result, cluster: dict, fit_s: float)
     return out
 
 
-def _pre_ray_checks(job: dict[str, Any]) -> tuple[Any | None, str | None]:
-    """Trainer function, data path and resume checkpoint: checked before Ray starts."""
-    from training.data import check_source
+def _in_ray(job: dict[str, Any], user_fn, hooks: TestHooks, resume: bool, progress: Progress) -> tuple[dict, int]:
+    from training.cluster import RaySession, cluster_status
 
-    user_fn = None
-    if job["mode"] not in ("train", "tune"):
-        return None, None
-    if job["trainerPath"]:
-        from training.user_trainer import load_function
+    with RaySession() as session:
+        progress.timings["rayInit"] = round(session.init_seconds, 3)
+        progress.cluster = cluster = cluster_status()
+        say(f"Ray {session.kind}: {cluster['numNodes']} node(s), {cluster['totalCpu']:g} CPU, "
+            f"{cluster['totalGpu']:g} GPU (connect {session.init_seconds:.1f} s)")
+        if job["mode"] == "cluster":
+            return run_cluster(job, progress)
+        if job["mode"] == "tune":
+            return run_tune(job, user_fn, hooks, resume, progress)
+        return run_train(job, user_fn, hooks, progress)
 
-        user_fn = load_function(job["trainerPath"], search_dirs=[Path(job.get("_specDir", "."))])
-    check_source(job["data"])
-    if job["mode"] == "tune":
-        from training.tune import check_resume
 
-        check_resume(job, bool(job.get("_resume")))
-        return user_fn, None
-    resume = checkpointing.checkpoint_to_resume(job, run_path(job))
-    if resume:
-        try:
-            meta = checkpointing.verify(resume, job["framework"])
-        except CheckpointError as exc:
-            if resume == job["checkpoint"].get("resumeFrom"):
-                exc.field = "checkpoint.resumeFrom"
-            raise
-        say(f"will resume from checkpoint {resume} (epoch {meta['epoch']} of {job['epochs']})")
-    return user_fn, resume
+def _error(exc: BaseException, progress: Progress) -> tuple[dict, int]:
+    job = progress.job
+    progress.timings["total"] = round(time.time() - progress.started, 3)
+    result = error_result(exc, name=job["name"] if job else None, mode=job["mode"] if job else None,
+                          cluster=progress.cluster, training_time=progress.fit_s, timings=progress.timings)
+    if not isinstance(exc, TrainingJobError):  # a bug or an unforeseen failure: still leave a result behind
+        traceback.print_exc()
+        result["error"]["details"] = traceback.format_exc()[-4000:]
+        return result, 1
+    say(f"error ({exc.kind}): {exc.message}")
+    if progress.fit_s and job and job["mode"] == "train":
+        try:  # what a re-run of the same spec would resume from
+            latest = checkpointing.latest_in_run(run_path(job))
+        except TrainingJobError:
+            latest = None
+        if latest:
+            result["results"]["latestCheckpointPath"] = latest
+    return result, EXIT_CODES.get(exc.kind, 1)
+
+
+def _publish(result: dict, path: str) -> str | None:
+    """Validate (a mismatch is reported, never hidden), write, print; returns where it was written."""
+    result = clean(result)
+    try:
+        validate_result(result)
+    except Exception as exc:  # never expected
+        say(f"warning: result does not match the result schema: {exc}")
+    written = None
+    try:
+        written = write_result(result, path)
+    except Exception as exc:
+        say(f"could not write the result to {path}: {exc}")
+    print(json.dumps(result, indent=2))
+    if written:
+        say(f"result ({result['status']}) written to {written}")
+    return written
 
 
 def run(spec_path: str, output: str | None = None, environ=None, name: str | None = None, *,
@@ -245,121 +305,24 @@ def run(spec_path: str, output: str | None = None, environ=None, name: str | Non
     ``resume`` continues an existing Tune experiment of the same name (``mode: tune``)."""
     environ = os.environ if environ is None else environ
     apply_quiet_defaults()
-    t0 = time.time()
-    timings: dict[str, float] = {}
-    job: dict[str, Any] | None = None
-    cluster: dict | None = None
-    fit_s = 0.0
-    code = 0
+    progress = Progress()
     try:
-        if sets or num_samples is not None:
-            from training.spec import normalize, validate_spec
-            from training.tune_spec import apply_overrides
-
-            raw = load_spec_file(spec_path)
-            changed = apply_overrides(raw, sets, num_samples)
-            say(f"spec overrides: {', '.join(changed)}")
-            validate_spec(raw)
-            job = normalize(raw, environ)
-        else:
-            job = load_job(spec_path, environ)
-        job["_resume"] = bool(resume)
-        if name:
-            from training.spec import NAME_PATTERN
-
-            if not re.fullmatch(NAME_PATTERN, name):
-                raise SpecError(f"--name {name!r} must match {NAME_PATTERN}", field="name")
-            job["name"] = name
-        job["_specDir"] = str(Path(spec_path).resolve().parent)
-        _test_hooks(job, environ)
-        say(f"spec {spec_path}: mode={job['mode']} name={job['name']}"
+        job = progress.job = load(spec_path, environ, name, sets, num_samples)
+        rp = run_path(job)
+        hooks = faults.from_environ(environ, rp if not storage.is_uri(rp) else os.path.join("/tmp", "training-faults",
+                                                                                           job["name"]))
+        say(f"spec {spec_path}: mode={job['mode']} name={job['name']} ({job['nameSource']})"
             + (f" framework={job['framework']} workers={job['numWorkers']} epochs={job['epochs']}"
                f" storage={job['checkpoint']['storagePath']} ({job['checkpoint']['storageSource']})"
                if job["mode"] in ("train", "tune") else ""))
-        user_fn, _ = _pre_ray_checks(job)
-
-        from training.cluster import RaySession, check_resources, cluster_status
-
-        with RaySession() as session:
-            timings["rayInit"] = round(session.init_seconds, 3)
-            cluster = cluster_status()
-            say(f"Ray {session.kind}: {cluster['numNodes']} node(s), {cluster['totalCpu']:g} CPU, "
-                f"{cluster['totalGpu']:g} GPU (connect {session.init_seconds:.1f} s)")
-            if job["mode"] == "cluster":
-                detail = cluster_status(detail=True)
-                result = {
-                    "status": "success",
-                    "results": {"numTrials": 0, "completedTrials": 0, "nodes": detail["nodes"],
-                                "availableCpu": detail["availableCpu"], "availableGpu": detail["availableGpu"]},
-                    "clusterStatus": cluster,
-                    "trainingTime": 0.0,
-                }
-            elif job["mode"] == "tune":
-                from training.tune import run_experiment
-
-                result, code, fit_s = run_experiment(job, user_fn, cluster, resume=bool(resume), environ=environ)
-                timings["fit"] = round(fit_s, 3)
-            else:
-                t = time.time()
-                check_resources(job)
-                timings["resourceCheck"] = round(time.time() - t, 3)
-                import ray.train
-
-                from training.trainers import build_trainer
-
-                trainer = build_trainer(job, user_fn)
-                gpu = f" + {job['gpuPerWorker']:g} GPU" if job["gpuPerWorker"] else ""
-                say(f"starting {job['framework']} training: {job['numWorkers']} worker(s) x "
-                    f"{job['cpuPerWorker']:g} CPU{gpu}, run folder {run_path(job)}")
-                t = time.time()
-                try:
-                    fit_result = trainer.fit()
-                except ray.train.TrainingFailedError as exc:
-                    fit_s = time.time() - t
-                    raise _training_failure(exc, job) from None
-                fit_s = time.time() - t
-                timings["fit"] = round(fit_s, 3)
-                if getattr(fit_result, "error", None):
-                    raise _training_failure(fit_result.error, job)
-                result = _success_train(job, fit_result, cluster, fit_s)
-        timings["total"] = round(time.time() - t0, 3)
-        result.update({"name": job["name"], "mode": job["mode"], "timings": timings})
-        code = code if job["mode"] == "tune" else 0
-    except TrainingJobError as exc:
-        timings["total"] = round(time.time() - t0, 3)
-        say(f"error ({exc.kind}): {exc.message}")
-        result = error_result(exc, name=job["name"] if job else None, mode=job["mode"] if job else None,
-                              cluster=cluster, training_time=fit_s, timings=timings)
-        if fit_s and job:
-            try:  # what a re-run of the same spec would resume from
-                latest = checkpointing.latest_in_run(run_path(job))
-            except TrainingJobError:
-                latest = None
-            if latest:
-                result["results"]["latestCheckpointPath"] = latest
-        code = EXIT_CODES.get(exc.kind, 1)
+        user_fn, resume = pre_ray_checks(job, Path(spec_path).resolve().parent, bool(resume))
+        result, code = _in_ray(job, user_fn, hooks, resume, progress)
+        progress.timings["total"] = round(time.time() - progress.started, 3)
+        result.update({"name": job["name"], "mode": job["mode"], "timings": progress.timings})
     except KeyboardInterrupt:
         raise
-    except Exception as exc:  # a bug or an unforeseen failure: still leave a result behind
-        timings["total"] = round(time.time() - t0, 3)
-        traceback.print_exc()
-        result = error_result(exc, name=job["name"] if job else None, mode=job["mode"] if job else None,
-                              cluster=cluster, training_time=fit_s, timings=timings)
-        result["error"]["details"] = traceback.format_exc()[-4000:]
-        code = 1
-
-    result = clean(result)
-    try:
-        validate_result(result)
-    except Exception as exc:  # never expected; report rather than hide it
-        say(f"warning: result does not match the result schema: {exc}")
-    path = output or default_result_path(job) or _fallback_result_path(spec_path, environ)
-    written = None
-    try:
-        written = write_result(result, path)
     except Exception as exc:
-        say(f"could not write the result to {path}: {exc}")
-    print(json.dumps(result, indent=2))
-    if written:
-        say(f"result ({result['status']}) written to {written}")
-    return code, result, written
+        result, code = _error(exc, progress)
+    path = output or default_result_path(progress.job) or _fallback_result_path(spec_path, environ)
+    written = _publish(result, path)
+    return code, clean(result), written

@@ -21,7 +21,8 @@ RESULT_SCHEMA = SCHEMA_DIR / "result.schema.json"
 #: Environment variable with the default storage path (the RayJob chart sets it to the checkpoint PVC mount).
 STORAGE_ENV = "TRAINING_STORAGE_PATH"
 DEFAULT_STORAGE = "results/training"
-DEFAULT_NAME = "training-run"
+#: Where the error result of a spec too broken to name its run goes (under the storage path).
+INVALID_SPEC_NAME = "invalid-spec"
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"  # also in schema/job-spec.schema.json
 
 FRAMEWORK_DEFAULTS = {
@@ -76,11 +77,16 @@ def _field_path(error) -> str:
 
 
 def _best_errors(errors):
-    """Flatten if/then and anyOf wrappers down to the errors that say what is wrong."""
+    """Flatten if/then, anyOf and oneOf wrappers down to the errors that say what is wrong. Of the alternatives'
+    errors, a wrong type only counts when every alternative's is one (``{min: 0}`` is a bad minimum, not "not an
+    integer")."""
     out = []
     for err in errors:
         if err.context:
-            out.extend(_best_errors(err.context))
+            inner = _best_errors(err.context)
+            if err.validator in ("oneOf", "anyOf") and any(e.validator != "type" for e in inner):
+                inner = [e for e in inner if e.validator != "type"]
+            out.extend(inner)
         else:
             out.append(err)
     return out
@@ -116,6 +122,17 @@ def _semantic_checks(spec: Mapping[str, Any]) -> None:
     data = spec.get("data", {})
     if data.get("path") and data.get("source", "digits") != "cifar10":
         raise SpecError("data.path is only read for data.source: cifar10", field="data.path")
+    workers = sc.get("numWorkers", cfg.get("numWorkers"))
+    if isinstance(workers, dict):
+        where = "trainConfig.scalingConfig.numWorkers" if "numWorkers" in sc else "config.numWorkers"
+        if workers["min"] > workers["max"]:
+            raise SpecError(f"{where}: min {workers['min']} is above max {workers['max']}", field=where)
+        if spec.get("mode") != "train":
+            raise SpecError(f"{where}: an elastic {{min, max}} is for mode train (a Tune trial's workers are fixed)",
+                            field=where)
+    if tc.get("collectiveTimeoutSeconds") and tc.get("framework", "pytorch") != "pytorch":
+        raise SpecError("trainConfig.collectiveTimeoutSeconds is the PyTorch process group's timeout: framework "
+                        f"{tc.get('framework')!r} has none", field="trainConfig.collectiveTimeoutSeconds")
     ck = spec.get("checkpoint", {})
     if ck.get("keepBest") and ck.get("metric") == "":
         raise SpecError("checkpoint.metric must name a metric", field="checkpoint.metric")
@@ -154,11 +171,17 @@ def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None)
     storage = ck.get("storagePath") or environ.get(STORAGE_ENV) or DEFAULT_STORAGE
     storage_source = "spec" if ck.get("storagePath") else (STORAGE_ENV if environ.get(STORAGE_ENV) else "default")
     resume_from = ck.get("resumeFrom")
+    workers = sc.get("numWorkers", cfg.get("numWorkers", 1))
+    elastic = isinstance(workers, dict)
 
     job = {
-        "name": spec.get("name") or DEFAULT_NAME,
+        "name": spec.get("name"),
+        "nameSource": "spec" if spec.get("name") else "derived",
         "mode": spec["mode"],
-        "numWorkers": int(sc.get("numWorkers", cfg.get("numWorkers", 1))),
+        "numWorkers": int(workers["max"] if elastic else workers),
+        "minWorkers": int(workers["min"]) if elastic else None,
+        "healthCheck": dict(cfg.get("healthCheck") or {}),
+        "collectiveTimeoutSeconds": tc.get("collectiveTimeoutSeconds"),
         "useGpu": use_gpu,
         "cpuPerWorker": float(rpw.get("cpu", 1)),
         "gpuPerWorker": gpu,
@@ -204,6 +227,10 @@ def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None)
         from training.tune_spec import normalize_tune
 
         job["tune"] = normalize_tune(spec, job)
+    if not job["name"]:
+        from training.identity import derived_name
+
+        job["name"] = derived_name(job)
     return job
 
 

@@ -1,4 +1,4 @@
-"""Per-worker loop for ``framework: tensorflow``: the seed-002 CNN in tf-keras under MultiWorkerMirroredStrategy.
+"""The built-in trainer of ``framework: tensorflow``: the small CNN in tf-keras under MultiWorkerMirroredStrategy.
 
 Ray's TensorflowTrainer sets ``TF_CONFIG`` on each worker; the strategy all-reduces gradients between them.
 Each worker feeds its own shard (``distribute_datasets_from_function``: no auto-sharding on top of ours).
@@ -8,20 +8,14 @@ Saving under MWMS is collective, so every rank writes a checkpoint (non-zero ran
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from training.env import TF_WORKER_ENV
-from training.errors import CheckpointError
+from training.worker import WorkerContext
 
 TF_CKPT_PREFIX = "tf/ckpt"
 
 
-def train_loop(config: dict[str, Any]) -> dict[str, Any]:
-    for key, value in TF_WORKER_ENV.items():  # before TensorFlow is imported
-        os.environ.setdefault(key, value)
-    from training.worker import WorkerContext
-
-    ctx = WorkerContext(config["job"])
+def train(ctx: WorkerContext) -> None:
+    # The context has put TF_WORKER_ENV into this process's environment: TensorFlow is imported after it.
     job = ctx.job
 
     import tensorflow as tf
@@ -46,15 +40,13 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
                       loss=k.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=[k.metrics.SparseCategoricalAccuracy(name="accuracy")])
         tf_ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
-        if ctx.checkpoint_dir:
-            prefix = os.path.join(ctx.checkpoint_dir, TF_CKPT_PREFIX)
-            if not os.path.exists(prefix + ".index"):
-                raise CheckpointError(f"checkpoint {ctx.checkpoint_dir} lacks the TensorFlow checkpoint {TF_CKPT_PREFIX}")
-            try:
-                tf_ckpt.read(prefix).expect_partial()
-            except Exception as exc:
-                raise CheckpointError(f"checkpoint {ctx.checkpoint_dir} cannot be loaded into this model: {exc}") from None
-    if ctx.rank == 0 and not ctx.checkpoint_dir:
+
+        def load(directory: str) -> None:
+            index = ctx.checkpoint_file(TF_CKPT_PREFIX + ".index")
+            tf_ckpt.read(index[: -len(".index")]).expect_partial()
+
+        restored = ctx.restore(load)
+    if ctx.rank == 0 and not restored:
         ctx.log(f"tensorflow CNN {mc['filters']}/{mc['dense']}: {model.count_params():,} parameters; "
                 f"{ctx.world_size} worker(s) x {len(shard.x_train)} training samples "
                 f"({shard.source}, input {shard.input_shape}), {strategy.num_replicas_in_sync} replicas in sync")
@@ -106,4 +98,3 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
 
     if not ctx.trained_epochs:
         ctx.record_evaluation(evaluate())
-    return ctx.summary()

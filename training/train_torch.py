@@ -1,11 +1,9 @@
-"""Per-worker loop for ``framework: pytorch``: the seed-002 CNN under Ray Train's TorchTrainer (DDP, gloo on CPU)."""
+"""The built-in trainer of ``framework: pytorch``: the small CNN under Ray Train's TorchTrainer (DDP, gloo on CPU)."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from training.errors import CheckpointError
 from training.worker import WorkerContext
 
 MODEL_FILE = "model.pt"
@@ -21,14 +19,12 @@ def _allreduce_sum(values, device):
     return t.tolist()
 
 
-def train_loop(config: dict[str, Any]) -> dict[str, Any]:
+def train(ctx: WorkerContext) -> None:
     import torch
     import torch.nn.functional as F
-    from ray.train.torch import get_device, prepare_model
 
     from training.models_torch import build_cnn, count_parameters
 
-    ctx = WorkerContext(config["job"])
     job = ctx.job
     torch.manual_seed(ctx.seed)
     torch.set_num_threads(max(1, int(job["cpuPerWorker"])))
@@ -36,22 +32,19 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     mc = ctx.model_config
     model = build_cnn(shard.input_shape, shard.num_classes, mc["filters"], mc["dense"], mc["convDropout"], mc["denseDropout"])
     optimizer = torch.optim.Adam(model.parameters(), lr=ctx.lr)
-    if ctx.checkpoint_dir:
-        try:
-            state = torch.load(ctx.checkpoint_file(MODEL_FILE), map_location="cpu", weights_only=True)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-        except CheckpointError:
-            raise
-        except Exception as exc:
-            raise CheckpointError(f"checkpoint {ctx.checkpoint_dir} cannot be loaded into this model: {exc}") from None
-    if ctx.rank == 0 and not ctx.checkpoint_dir:
+
+    def load(directory: str) -> None:
+        state = torch.load(ctx.checkpoint_file(MODEL_FILE), map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+
+    if not ctx.restore(load) and ctx.rank == 0:
         ctx.log(f"pytorch CNN {mc['filters']}/{mc['dense']}: {count_parameters(model):,} parameters; "
                 f"{ctx.world_size} worker(s) x {len(shard.x_train)} training samples "
                 f"({shard.source}, input {shard.input_shape})")
     bare = model
-    device = get_device()
-    model = prepare_model(model)  # moves to device, wraps in DDP when world_size > 1
+    device = ctx.device()
+    model = ctx.prepare_model(model)  # moves to device, wraps in DDP when world_size > 1
 
     x_train = torch.from_numpy(shard.x_train).permute(0, 3, 1, 2).contiguous()
     y_train = torch.from_numpy(shard.y_train)
@@ -101,4 +94,3 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
 
     if not ctx.trained_epochs:
         ctx.record_evaluation(evaluate())
-    return ctx.summary()

@@ -1,4 +1,4 @@
-"""Per-worker loop for ``framework: xgboost``: distributed gradient boosting under Ray Train's XGBoostTrainer.
+"""The built-in trainer of ``framework: xgboost``: distributed gradient boosting under Ray Train's XGBoostTrainer.
 
 Ray's XGBoostTrainer (V2) starts a Rabit tracker and wraps this function in xgboost's ``CommunicatorContext``, so
 each worker's ``xgboost.train`` on its own shard builds the same trees from all-reduced histograms. Tabular data:
@@ -16,12 +16,11 @@ from training.worker import WorkerContext
 MODEL_FILE = "model.ubj"
 
 
-def train_loop(config: dict[str, Any]) -> dict[str, Any]:
+def train(ctx: WorkerContext) -> None:
     import os
 
     import xgboost as xgb
 
-    ctx = WorkerContext(config["job"])
     job = ctx.job
     shard = ctx.data()
     x_tr, y_tr, x_va, y_va = shard.tabular()
@@ -39,15 +38,13 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
     }
     params.update(job.get("xgboost") or {})
     booster = None
-    if ctx.checkpoint_dir:
-        try:
-            booster = xgb.Booster()
-            booster.load_model(ctx.checkpoint_file(MODEL_FILE))
-        except CheckpointError:
-            raise
-        except Exception as exc:
-            raise CheckpointError(f"checkpoint {ctx.checkpoint_dir} is not a loadable xgboost model: {exc}") from None
-    if ctx.rank == 0 and not ctx.checkpoint_dir:
+
+    def load(directory: str) -> None:
+        nonlocal booster
+        booster = xgb.Booster()
+        booster.load_model(ctx.checkpoint_file(MODEL_FILE))
+
+    if not ctx.restore(load) and ctx.rank == 0:
         ctx.log(f"xgboost {params['tree_method']} max_depth={params['max_depth']} eta={params['eta']}: "
                 f"{ctx.world_size} worker(s) x {len(x_tr)} rows x {x_tr.shape[1]} features ({shard.source}); "
                 f"xgboost collective world size {xgb.collective.get_world_size()}")
@@ -79,4 +76,3 @@ def train_loop(config: dict[str, Any]) -> dict[str, Any]:
         if booster is None:
             raise CheckpointError("no epochs to train and no model to evaluate")
         ctx.record_evaluation(evaluate())
-    return ctx.summary()

@@ -15,7 +15,6 @@ import re
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 from training.errors import TrainerLoadError
 
@@ -66,15 +65,3 @@ def load_function(target: str, search_dirs: Iterable[Path] = ()) -> Callable:
     if len(params) != 1:
         raise TrainerLoadError(f"{FIELD}: {where}:{func_name} must take exactly one argument (the WorkerContext)", field=FIELD)
     return fn
-
-
-def user_loop(config: dict[str, Any]) -> dict[str, Any]:
-    """Ray Train per-worker entry for a user trainer: builds the WorkerContext, runs the function."""
-    from training.worker import WorkerContext
-
-    ctx = WorkerContext(config["job"])
-    value = config["fn"](ctx)
-    out = ctx.summary()
-    if value is not None and ctx.rank == 0:
-        out["returnValue"] = value
-    return out

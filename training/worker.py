@@ -1,26 +1,25 @@
-"""Per-worker plumbing shared by the built-in trainers and user trainers (``trainConfig.trainerPath``).
+"""The one door the training loops use: config, data shard, checkpoint restore, device, progress and reporting.
 
-A user trainer is a function ``train(ctx: WorkerContext)`` run on every Ray Train worker::
+Built-in trainers (``training/train_*.py``) and user trainers (``trainConfig.trainerPath``) are the same thing: a
+function ``train(ctx: WorkerContext)`` run on every worker::
 
     def train(ctx):
         shard = ctx.data()                      # this worker's shard (numpy arrays)
         model = ...
-        if ctx.checkpoint_dir:                  # restored checkpoint (local folder) or None
-            model.load(os.path.join(ctx.checkpoint_dir, "model.bin"))
+        ctx.restore(lambda d: model.load(os.path.join(d, "model.bin")))   # a restored checkpoint, if any
         for epoch in ctx.epochs():              # epochs still to train, 1-based, resume-aware
             ...
             ctx.report(epoch, {"loss": ..., "val_accuracy": ...},
                        save=lambda d: model.save(os.path.join(d, "model.bin")))
 
 ``report`` prints rank 0's progress every epoch, and every ``checkpoint.everyEpochs`` epochs (and at the last one)
-writes a checkpoint with a manifest and hands it to ``ray.train.report``. All workers must call ``report`` for the
-same epochs (it is a barrier at checkpoint epochs).
+writes a checkpoint with a manifest and reports it. All workers must call ``report`` for the same epochs (it is a
+barrier at checkpoint epochs). Where reports go (Ray Train, or a Tune trial running the loop itself) is the
+context's session (:mod:`training.sessions`); the loops never call Ray.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 import os
 import sys
@@ -29,9 +28,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from training import checkpointing, preflight
+from training import checkpointing, faults, preflight
 from training.env import TF_WORKER_ENV
 from training.errors import CheckpointError
+from training.faults import NO_HOOKS, TestHooks
 
 
 def _scalar(v):
@@ -46,39 +46,35 @@ def _scalar(v):
     return f if math.isfinite(f) else str(f)
 
 
-def _quiet_worker_logs() -> None:
-    """Ray Train logs every ``report()`` of every worker at INFO (logger named after its source file), and DDP
-    warns about grad strides for 1-channel inputs: keep the console to the progress lines."""
+def _quiet_worker_warnings() -> None:
+    """DDP warns about grad strides for 1-channel inputs on every step: keep the console to the progress lines.
+    (Ray Train's own per-report INFO lines are held back by the run's ``LoggingConfig``.)"""
     import warnings
 
     warnings.filterwarnings("ignore", message="Grad strides do not match bucket view strides")
-    logging.getLogger("ray.train").setLevel(logging.WARNING)
-    try:
-        from ray.train.v2._internal.execution import context as ray_context
-
-        logging.getLogger(ray_context.__file__).setLevel(logging.WARNING)
-    except Exception:  # the module moved in another Ray version: only noise is at stake
-        pass
 
 
 class WorkerContext:
-    """Config, data shard, checkpoint restore, progress and reporting for one Ray Train worker."""
+    """Config, data shard, checkpoint restore, device, progress and reporting for one worker of a run."""
 
-    def __init__(self, job: dict[str, Any]):
+    def __init__(self, job: dict[str, Any], session=None, hooks: TestHooks = NO_HOOKS):
         if job.get("framework") == "tensorflow":
             for key, value in TF_WORKER_ENV.items():
                 os.environ.setdefault(key, value)
-        import ray.train
+        if session is None:
+            from training.sessions import RayTrainSession
 
-        _quiet_worker_logs()
+            session = RayTrainSession()
+        _quiet_worker_warnings()
         problem = preflight.efa_memlock_problem()
         if problem:
             print(problem, file=sys.stderr, flush=True)
         self.job = job
-        tctx = ray.train.get_context()
-        self.rank: int = tctx.get_world_rank()
-        self.world_size: int = tctx.get_world_size()
-        self.local_rank: int = tctx.get_local_rank()
+        self.session = session
+        self.hooks = hooks
+        self.rank: int = session.rank
+        self.world_size: int = session.world_size
+        self.local_rank: int = session.local_rank
         self.framework: str = job["framework"]
         self.total_epochs: int = job["epochs"]
         self.batch_size: int = job["batchSize"]
@@ -92,18 +88,31 @@ class WorkerContext:
         self.trained_epochs: list[int] = []
         self.checkpoint_dir: str | None = None
         self.checkpoint_source: str | None = None
+        self.evaluation: dict[str, Any] | None = None
         self._shard = None
         self._t_epoch = time.time()
-        self._restore()
+        self._open_checkpoint()
+
+    # ------------------------------------------------------------------ device (PyTorch)
+
+    def device(self):
+        """The torch device this worker trains on."""
+        return self.session.device()
+
+    def prepare_model(self, model):
+        """The model on this worker's device, wrapped in DistributedDataParallel when there are several workers."""
+        return self.session.prepare_model(model)
 
     # ------------------------------------------------------------------ restore
 
-    def _restore(self) -> None:
-        import ray.train
-
-        ckpt = ray.train.get_checkpoint()
+    def _open_checkpoint(self) -> None:
+        """The run's own latest checkpoint (after a restart or on a re-run), else ``checkpoint.resumeFrom``: verified
+        and made local; its epoch and history become this worker's starting point."""
+        ckpt = self.session.get_checkpoint()
         source = "run"
         if ckpt is None and self.job["checkpoint"].get("resumeFrom"):
+            import ray.train
+
             ckpt = ray.train.Checkpoint(self.job["checkpoint"]["resumeFrom"])
             source = "resumeFrom"
         if ckpt is None:
@@ -120,6 +129,20 @@ class WorkerContext:
         if self.rank == 0:
             self.log(f"restored checkpoint {ckpt.path} (epoch {self.start_epoch}); "
                      f"{max(self.total_epochs - self.start_epoch, 0)} epoch(s) left")
+
+    def restore(self, load: Callable[[str], None]) -> bool:
+        """Load the restored checkpoint with ``load(directory)``; False when there is none. Anything ``load`` raises
+        becomes a ``CheckpointError`` naming the checkpoint (a damaged or foreign checkpoint is a clear error)."""
+        if not self.checkpoint_dir:
+            return False
+        try:
+            load(self.checkpoint_dir)
+        except CheckpointError:
+            raise
+        except Exception as exc:
+            raise CheckpointError(f"checkpoint {self.checkpoint_dir} cannot be loaded into this model: "
+                                  f"{type(exc).__name__}: {exc}") from None
+        return True
 
     def checkpoint_file(self, name: str) -> str:
         """Path of ``name`` inside the restored checkpoint; ``CheckpointError`` if it is not there."""
@@ -149,14 +172,14 @@ class WorkerContext:
         """Epochs still to train (1-based): after the restored checkpoint's epoch, up to ``trainConfig.epochs``."""
         for epoch in self.remaining():
             self._t_epoch = time.time()
-            self._ledger("start", epoch)
-            self.fault_point(epoch, phase="start")
+            faults.record(self.hooks, self.rank, "start", epoch, self.start_epoch)
+            faults.maybe_fail(self.hooks, self.rank, epoch, "start", self.start_epoch, self.job["name"])
             yield epoch
 
     def batch_hook(self, epoch: int, batch: int, num_batches: int) -> None:
         """Called by the built-in loops after each step: the place where a test fault fires mid-epoch."""
         if num_batches and batch + 1 >= max(num_batches // 2, 1):
-            self.fault_point(epoch, phase="mid")
+            faults.maybe_fail(self.hooks, self.rank, epoch, "mid", self.start_epoch, self.job["name"])
 
     def is_checkpoint_epoch(self, epoch: int) -> bool:
         return epoch % self.every == 0 or epoch == self.total_epochs
@@ -165,19 +188,17 @@ class WorkerContext:
 
     def report(self, epoch: int, metrics: dict[str, Any], save: Callable[[str], None] | None = None,
                save_on_all_ranks: bool = False) -> None:
-        """Record an epoch's metrics; at checkpoint epochs, save a checkpoint and report it to Ray Train.
+        """Record an epoch's metrics; at checkpoint epochs, save a checkpoint and report it with them.
 
         ``save(directory)`` writes the model into ``directory``; it runs on rank 0 only unless
         ``save_on_all_ranks`` (TensorFlow under MultiWorkerMirroredStrategy: saving is collective).
         """
-        import ray.train
-
         metrics = {k: _scalar(v) for k, v in metrics.items()}
         metrics["epoch"] = int(epoch)
         metrics.setdefault("epoch_time_s", round(time.time() - self._t_epoch, 3))
         self.history.append(metrics)
         self.trained_epochs.append(int(epoch))
-        self._ledger("end", epoch)
+        faults.record(self.hooks, self.rank, "end", epoch, self.start_epoch)
         if self.rank == 0:
             shown = ", ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
                               for k, v in metrics.items() if k != "epoch")
@@ -193,14 +214,11 @@ class WorkerContext:
         with tempfile.TemporaryDirectory(prefix="training-ckpt-") as tmp:
             if save is not None and (self.rank == 0 or save_on_all_ranks):
                 save(tmp)
-            checkpoint = None
             if self.rank == 0:
                 checkpointing.write_manifest(tmp, epoch=epoch, framework=self.framework,
                                              history=self.history, metrics=metrics,
                                              extra={"name": self.job["name"], "worldSize": self.world_size})
-                checkpoint = ray.train.Checkpoint.from_directory(tmp)
-            ray.train.report(metrics, checkpoint=checkpoint,
-                             checkpoint_dir_name=checkpointing.checkpoint_dir_name(epoch))
+            self.session.report(metrics, tmp if self.rank == 0 else None, checkpointing.checkpoint_dir_name(epoch))
 
     def record_evaluation(self, metrics: dict[str, Any]) -> None:
         """For a run with no epochs left (a finished checkpoint resumed): keep the restored model's evaluation."""
@@ -218,40 +236,26 @@ class WorkerContext:
             "checkpointSource": self.checkpoint_source,
             "worldSize": self.world_size,
         }
-        if getattr(self, "evaluation", None):
+        if self.evaluation:
             out["evaluation"] = self.evaluation
         return out
 
-    # ------------------------------------------------------------------ logging, test hooks
+    # ------------------------------------------------------------------ logging
 
     def log(self, message: str) -> None:
         print(f"[train {self.job['name']}] {message}", file=sys.stderr, flush=True)
 
-    def _ledger(self, event: str, epoch: int) -> None:
-        """Test hook: with ``TRAINING_EPOCH_LEDGER`` set on the driver, every rank appends its epoch events."""
-        path = self.job.get("_ledger")
-        if not path:
-            return
-        line = json.dumps({"rank": self.rank, "pid": os.getpid(), "epoch": epoch, "event": event,
-                           "startEpoch": self.start_epoch, "t": time.time()})
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
 
-    def fault_point(self, epoch: int, phase: str) -> None:
-        """Test hook: ``TRAINING_FAULT_INJECTION=rank=1,epoch=3[,phase=mid]`` makes that rank's process die
-        (``os._exit``) at that epoch, once per run (a marker file in the run folder records that it fired)."""
-        fault = self.job.get("_fault")
-        if not fault or fault["rank"] != self.rank or fault["epoch"] != epoch or fault.get("phase", "mid") != phase:
-            return
-        marker = fault["marker"]
-        if os.path.exists(marker):
-            return
-        os.makedirs(os.path.dirname(marker), exist_ok=True)
-        with open(marker, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps({"pid": os.getpid(), "epoch": epoch, "rank": self.rank, "t": time.time()}))
-        # Give the controller time to register the previous checkpoint (its poll interval is well under this),
-        # so the test measures resume-from-latest rather than the race the Ray note describes.
-        time.sleep(float(fault.get("delay", 3.0)))
-        self._ledger("killed", epoch)
-        print(f"[train {self.job['name']}] fault injection: rank {self.rank} exits at epoch {epoch}", file=sys.stderr, flush=True)
-        os._exit(17)
+def run_worker(config: dict[str, Any]) -> dict[str, Any]:
+    """The per-worker function every Ray Train trainer of this package runs: ``config["fn"]`` (a built-in trainer's
+    ``train`` or the user's) with this worker's context; rank 0's summary becomes the run's return value."""
+    ctx = WorkerContext(config["job"], hooks=config.get("hooks") or NO_HOOKS)
+    return run_with(ctx, config["fn"], user=bool(config.get("user")))
+
+
+def run_with(ctx: WorkerContext, fn: Callable[[WorkerContext], Any], *, user: bool) -> dict[str, Any]:
+    value = fn(ctx)
+    out = ctx.summary()
+    if user and value is not None and ctx.rank == 0:
+        out["returnValue"] = value
+    return out

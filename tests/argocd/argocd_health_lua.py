@@ -75,7 +75,10 @@ class HealthCheck:
 
     @property
     def script(self) -> str:
-        return self.script_path.read_text(encoding="utf-8")
+        """The check as Argo CD receives it: the shared prelude, then health.lua (the generator's assembly)."""
+        from generator.argocd import health_script
+
+        return health_script(self.script_path)
 
     @property
     def config_map_key(self) -> str:

@@ -163,7 +163,8 @@ def test_health_checks_are_delivered_in_argocd_cm():
     for kind in ("ray.io_RayCluster", "ray.io_RayJob", "ray.io_RayService", "kubeflow.org_PyTorchJob"):
         group, name = kind.split("_")
         lua = (REPO / "health-checks" / group / name / "health.lua").read_text()
-        assert cm["data"][f"resource.customizations.health.{kind}"] == lua
+        prelude = (REPO / "health-checks" / "prelude.lua").read_text()
+        assert cm["data"][f"resource.customizations.health.{kind}"] == prelude + "\n" + lua
 
 
 def test_root_application_syncs_the_managed_directory():

@@ -200,6 +200,7 @@ def test_runner_reports_a_broken_check_directory(tmp_path):
     parametrized test uses must report the Degraded fixtures as failures."""
     broken = tmp_path / "ray.io" / "RayJob"
     shutil.copytree(_check("ray.io/RayJob").directory, broken)
+    shutil.copy(hl.CUSTOMIZATIONS_ROOT / "prelude.lua", tmp_path / "prelude.lua")
     broken_script = (broken / "health.lua").read_text(encoding="utf-8").replace(
         'if deployment == "Failed" then\n  return result("Degraded"',
         'if deployment == "Failed" then\n  return result("Healthy"')
@@ -246,8 +247,20 @@ def test_argocd_cm_keys_map_to_the_files():
         "resource.customizations.health.kubeflow.org_PyTorchJob",
     }
     for check in CHECKS:
-        assert data[check.config_map_key] == check.script_path.read_text(encoding="utf-8")
+        prelude = (check.directory.parent.parent / "prelude.lua").read_text(encoding="utf-8")
+        assert data[check.config_map_key] == prelude + "\n" + check.script_path.read_text(encoding="utf-8")
     assert hl.config_map_key("", "Service") == "resource.customizations.health.Service"
+
+
+def test_checks_share_one_prelude():
+    """Each helper is defined once, in the prelude; no check defines its own copy."""
+    helpers = ("result", "nonempty", "describe", "conditionsByType", "anyTrue", "generationBehind")
+    prelude = (hl.CUSTOMIZATIONS_ROOT / "prelude.lua").read_text(encoding="utf-8")
+    for name in helpers:
+        assert f"local function {name}(" in prelude
+    for check in CHECKS:
+        own = check.script_path.read_text(encoding="utf-8")
+        assert "local hs" not in own and not [n for n in helpers if f"local function {n}(" in own], check.name
 
 
 def test_lua_taken_from_a_rendered_argocd_cm_behaves_the_same():

@@ -67,7 +67,7 @@ def test_busy_cluster_fails_after_the_wait_instead_of_hanging(runner):
     finally:
         remove_placement_group(pg)
     message = check_error(code, result, "resources", 3)
-    assert "has room for it in total" in message and "node 0: 0 CPU" in message
+    assert "has room for it in total" in message and "free now: 0 CPU" in message
 
 
 def test_unreadable_data_path_checked_on_the_driver(runner, tmp_path):

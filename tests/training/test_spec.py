@@ -95,6 +95,15 @@ def test_seed_usage_example_shape_is_accepted():
         (bad(extraKey=1), "extraKey", "unexpected"),
         (bad(config__useGpu=True, config__resourcesPerWorker={"cpu": 1, "gpu": 0}), "config.resourcesPerWorker.gpu", "gpu"),
         (bad(data={"source": "digits", "path": "/data"}), "data.path", "cifar10"),
+        (bad(config__numWorkers={"min": 3, "max": 2}), "config.numWorkers", "above max"),
+        (bad(config__numWorkers={"min": 1}), "config.numWorkers.max", "required"),
+        (bad(trainConfig__scalingConfig={"numWorkers": {"min": 0, "max": 2}}), "trainConfig.scalingConfig.numWorkers.min",
+         "minimum"),
+        (bad(config__healthCheck={"intervalSeconds": 0}), "config.healthCheck.intervalSeconds", "minimum"),
+        (bad(config__healthCheck={"everySeconds": 1}), "config.healthCheck.everySeconds", "unexpected"),
+        (bad(trainConfig__collectiveTimeoutSeconds=0), "trainConfig.collectiveTimeoutSeconds", "minimum"),
+        (bad(trainConfig__framework="xgboost", trainConfig__collectiveTimeoutSeconds=60),
+         "trainConfig.collectiveTimeoutSeconds", "PyTorch"),
     ],
 )
 def test_bad_spec_names_the_field(spec, field, words):
@@ -186,7 +195,7 @@ def test_error_result_for_unparseable_spec_goes_to_default_place(tmp_path):
     (tmp_path / "broken.yaml").write_text("mode: [train\n")
     proc = _run_cli(["run", "broken.yaml"], cwd=tmp_path, env={"TRAINING_STORAGE_PATH": str(tmp_path / "pvc")})
     assert proc.returncode == 2
-    result = json.loads((tmp_path / "pvc" / "training-run" / "result.json").read_text())
+    result = json.loads((tmp_path / "pvc" / "invalid-spec" / "result.json").read_text())
     assert result["status"] == "error" and "not valid YAML" in result["error"]["message"]
     assert_valid_result(result)
 

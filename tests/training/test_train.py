@@ -99,3 +99,41 @@ def test_cluster_mode(runner):
     nodes = result["results"]["nodes"]
     assert len(nodes) == 1 and nodes[0]["cpu"] == 2.0 and nodes[0]["head"] is True
     assert result["trainingTime"] == 0
+
+
+def unnamed_small(framework):
+    spec = digits_spec("x", framework, epochs=1)
+    spec.pop("name")
+    spec["data"]["maxTrainSamples"] = 256
+    return spec
+
+
+def test_unnamed_specs_share_a_storage_without_colliding(runner, capfd):
+    """Two different specs without a name in one storage both train, each in its own run folder; the first one
+    submitted again continues its own run (and says so) instead of another's."""
+    code, torch_result = runner.run(unnamed_small("pytorch"), name="a.yaml")
+    assert code == 0, torch_result.get("error")
+    code, xgb_result = runner.run(unnamed_small("xgboost"), name="b.yaml")
+    assert code == 0, xgb_result.get("error")
+    names = {torch_result["name"], xgb_result["name"]}
+    assert len(names) == 2 and all(n.startswith(("train-pytorch-", "train-xgboost-")) for n in names)
+    assert {p.name for p in runner.storage.iterdir()} == names
+    capfd.readouterr()
+    code, again = runner.run(unnamed_small("pytorch"), name="a.yaml")
+    assert code == 0, again.get("error")
+    assert again["name"] == torch_result["name"]
+    assert again["results"]["resumedFromEpoch"] == 1 and again["results"]["epochsTrainedThisRun"] == []
+    assert f"this spec's run {torch_result['name']} continues from checkpoint" in capfd.readouterr().err
+
+
+def test_elastic_workers_take_what_fits(runner):
+    """numWorkers {min: 1, max: 3} on a 2-CPU cluster: Ray Train's elastic run starts with the workers that fit."""
+    spec = digits_spec("elastic", "pytorch", epochs=1)
+    spec["config"]["numWorkers"] = {"min": 1, "max": 3}
+    spec["config"]["healthCheck"] = {"workerTimeoutSeconds": 120}
+    spec["data"]["maxTrainSamples"] = 256
+    code, result = runner.run(spec)
+    assert code == 0, result.get("error")
+    r = result["results"]
+    assert r["numWorkers"] == 3 and 1 <= r["worldSize"] <= 2
+    assert checkpointing.verify(result["checkpointPath"])["extra"]["worldSize"] == r["worldSize"]

@@ -60,7 +60,7 @@ def test_seed_usage_example_end_to_end(tmp_path):
     assert result["runPath"] == str(tmp_path / "storage" / "tune-seed-000")
     # Each trial ran its own Ray Train run under its folder; Tune kept the checkpoints it reported.
     best_trial = Path(result["checkpointPath"]).parent
-    assert (best_trial / "train" / "run-0").is_dir()
+    assert (best_trial / "train" / "run").is_dir()  # one stable Ray Train run per trial
 
 
 @pytest.mark.parametrize("scheduler", ["asha", "median"])
@@ -179,3 +179,35 @@ def test_interrupted_experiment_resumes_with_finished_trials_kept(runner, tmp_pa
     events = [json.loads(line) for line in ledger.read_text().splitlines()]
     ended = Counter(e["epoch"] for e in events if e["event"] == "end")
     assert ended == {1: 3, 2: 3}, ended  # every trial's every epoch exactly once over both runs
+
+
+def test_the_seed_example_without_a_name_twice(tmp_path, capfd):
+    """The seed's tuning example as its users write it (no name), submitted twice into one storage: the first run
+    searches; the second finds this spec's experiment and resumes it, returning the same complete result with no
+    trial trained again."""
+    import yaml
+
+    from training.cli import main
+
+    spec = yaml.safe_load((REPO / "training" / "examples" / "tune-seed-000.yaml").read_text())
+    spec.pop("name")
+    (tmp_path / "seed.yaml").write_text(yaml.safe_dump(spec))
+    args = ["run", str(tmp_path / "seed.yaml"), "--num-samples", "1",
+            "--set", "config.numWorkers=1", "--set", "config.useGpu=false",
+            "--set", "config.resourcesPerWorker={cpu: 1, gpu: 0}", "--set", "tuneConfig.trialRunner=train",
+            "--set", "trainConfig.epochs=1", "--set", "data.maxTrainSamples=256",
+            "--set", f"checkpoint.storagePath={tmp_path / 'storage'}"]
+    results = []
+    for i in range(2):
+        out = tmp_path / f"result-{i}.json"
+        code = main([*args, "--output", str(out)])
+        results.append(json.loads(out.read_text()))
+        assert code == 0, results[-1].get("error")
+    first, second = results
+    assert first["name"] == second["name"] and first["name"].startswith("tune-pytorch-")
+    check_tune_result(first, trials=1, epochs=1)
+    check_tune_result(second, trials=1, epochs=1)
+    assert (first["results"]["resumed"], second["results"]["resumed"]) == (False, True)
+    assert second["results"]["bestMetric"] == first["results"]["bestMetric"]
+    assert second["results"]["totalTrialIterations"] == first["results"]["totalTrialIterations"] == 1
+    assert f"this spec's experiment {first['name']} exists" in capfd.readouterr().err

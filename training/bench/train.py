@@ -1,6 +1,6 @@
 """``python -m training.bench.train`` (``make bench-train``): what Ray Train buys on this machine.
 
-The same model (the seed-002 CNN of :mod:`training.models_torch` / :mod:`training.models_tf`), the same data
+The same model (the built-in CNN of :mod:`training.models_torch` / :mod:`training.models_tf`), the same data
 (:mod:`training.data`, digits by default, or synthetic CIFAR-shaped tensors) and the same epochs, trained
 
 * plain, single process, with 1 thread and with 2 threads (PyTorch: ``torch.set_num_threads``; TensorFlow:
@@ -19,7 +19,7 @@ which is what data parallelism means). Each configuration runs in a fresh proces
   workers together -- the throughput that start-up does not blur;
 * final validation accuracy, and the difference from the 1-thread baseline.
 
-Speedup and efficiency (speedup / workers) are against the 1-thread baseline (seed 002's definition); the
+Speedup and efficiency (speedup / workers) are against the 1-thread baseline (the benchmark brief's definition); the
 equal-CPU ratio compares Ray on N workers with the plain baseline on N threads -- the honest comparison, since
 N workers hold N CPUs.
 
@@ -51,7 +51,7 @@ DEFINITIONS = {
     "steady_samples_per_s": "training samples/s of all workers together, after the first epoch to the last step",
     "train_s": "end of the first step -> end of the last step",
     "fit_tail_s": "end of the last step -> the training call (loop / model.fit) returned",
-    "speedup": "baseline (plain, 1 thread) wall time / this wall time (seed 002)",
+    "speedup": "baseline (plain, 1 thread) wall time / this wall time",
     "efficiency": "speedup / workers",
     "steady_vs_equal_cpu_baseline": "steady throughput / the plain baseline's with as many threads as workers",
 }
@@ -330,7 +330,7 @@ def run_one(cfg: dict[str, Any], settings: dict[str, Any], spawn: float, ray_add
     import ray.train
     from ray.util.queue import Queue
 
-    from training.cluster import _export_import_path
+    from training.cluster import export_import_path
 
     marks["imported"] = now()
     started = False
@@ -338,7 +338,7 @@ def run_one(cfg: dict[str, Any], settings: dict[str, Any], spawn: float, ray_add
         if ray_address:
             ray.init(address=ray_address, logging_level="WARNING")
         else:
-            _export_import_path()
+            export_import_path()
             ray.init(address="local", include_dashboard=True, logging_level="WARNING")
             started = True
     marks["rayInit"] = now()

@@ -2,7 +2,7 @@
 
 Both experiments run through ``mode: tune`` (:mod:`training.tune`) with the same spec except the scheduler: the
 same search space and search seed (so the same sampled configs, in the same order), the same ``numSamples``,
-the same trainer (the seed-002 CNN, narrower, on the digits; one worker per trial, ``trialRunner: local``) and the
+the same trainer (the built-in CNN, narrower, on the digits; one worker per trial, ``trialRunner: local``) and the
 same epoch budget. Reported per scheduler: the best ``val_loss`` reached, the best trial's ``val_accuracy``, total
 trial-iterations (epochs trained over all trials), trials stopped early and wall time (``Tuner.fit``). Target:
 ASHA within 1% of FIFO's best metric with at most 50% of its trial-iterations.

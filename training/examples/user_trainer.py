@@ -1,8 +1,10 @@
 """An example user trainer for ``trainConfig.trainerPath``: a small MLP in PyTorch on the digits.
 
-It runs on every Ray Train worker (here under TorchTrainer, because the spec says ``framework: pytorch``) and gets
-a ``training.worker.WorkerContext``: the job's hyperparameters, this worker's data shard, the checkpoint to resume
-from, and ``report`` (progress, checkpoints every ``checkpoint.everyEpochs``, keep-best, fault tolerance).
+It runs on every Ray Train worker (here under TorchTrainer, because the spec says ``framework: pytorch``), or in a
+Tune trial's own process, and gets a ``training.worker.WorkerContext``, its one door to the run: the job's
+hyperparameters, this worker's data shard, the checkpoint to resume from (``restore``), the device and model
+preparation (``prepare_model``: DDP across the workers), and ``report`` (progress, checkpoints every
+``checkpoint.everyEpochs``, keep-best, fault tolerance).
 """
 
 import os
@@ -13,7 +15,6 @@ def train(ctx):
     import torch.distributed as dist
     import torch.nn as nn
     import torch.nn.functional as F
-    from ray.train.torch import prepare_model
 
     torch.manual_seed(ctx.seed)
     shard = ctx.data()
@@ -21,12 +22,15 @@ def train(ctx):
     hidden = int(ctx.params.get("hidden", 128))
     model = nn.Sequential(nn.Flatten(), nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, shard.num_classes))
     optimizer = torch.optim.Adam(model.parameters(), lr=ctx.lr)
-    if ctx.checkpoint_dir:  # resume: a previous attempt or run left a checkpoint
-        state = torch.load(ctx.checkpoint_file("mlp.pt"), weights_only=True)
+
+    def load(directory):  # resume: a previous attempt or run left a checkpoint
+        state = torch.load(os.path.join(directory, "mlp.pt"), weights_only=True)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
+
+    ctx.restore(load)
     bare = model
-    model = prepare_model(model)  # DDP across the workers
+    model = ctx.prepare_model(model)  # DDP across the workers
 
     x = torch.from_numpy(shard.x_train)
     y = torch.from_numpy(shard.y_train)

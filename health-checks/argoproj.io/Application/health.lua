@@ -4,13 +4,9 @@
 -- would not wait for the Applications it holds. With it, the root syncs the CRDs, then the operators, and only
 -- when those are Healthy the ApplicationSets of the workloads (argocd/managed sync waves). This is the check the
 -- Argo CD documentation gives for app-of-apps ordering (docs/operator-manual/health.md), with a message.
-local hs = {}
-
-local function result(status, message)
-  hs.status = status
-  hs.message = message
-  return hs
-end
+--
+-- Uses the shared prelude (health-checks/prelude.lua: result, nonempty, describe, conditionsByType, anyTrue,
+-- generationBehind), which the generator puts in front of it in argocd-cm.
 
 if obj.status == nil or obj.status.health == nil or obj.status.health.status == nil then
   return result("Progressing", "Waiting for the application controller to assess the Application")

@@ -6,36 +6,17 @@
 -- condition. The operator's condition messages already name the job and its state
 -- ("PyTorchJob ns/name is failed because 1 Worker replica(s) failed."), so they are shown as they are.
 --
--- Written for Argo CD's sandbox for argocd-cm customizations: Lua 5.1 (gopher-lua) with only the base,
--- table, package and a safe os library loaded. No string, math or io library is used, so no
--- resource.customizations.useOpenLibs entry is needed.
+-- Uses the shared prelude (health-checks/prelude.lua: result, nonempty, describe, conditionsByType, anyTrue,
+-- generationBehind), which the generator puts in front of it in argocd-cm.
 
-local hs = {}
-
-local function nonempty(v)
-  return v ~= nil and v ~= ""
+local statusConditions = nil
+if obj.status ~= nil then
+  statusConditions = obj.status.conditions
 end
-
-local function result(status, message)
-  hs.status = status
-  hs.message = message
-  return hs
-end
-
-local conditions = {}
-local any = false
-if obj.status ~= nil and obj.status.conditions ~= nil then
-  for _, condition in ipairs(obj.status.conditions) do
-    if condition.type ~= nil then
-      conditions[condition.type] = condition
-      any = true
-    end
-  end
-end
+local conditions, any = conditionsByType(statusConditions)
 
 local function isTrue(conditionType)
-  local condition = conditions[conditionType]
-  return condition ~= nil and condition.status == "True"
+  return anyTrue(conditions, conditionType)
 end
 
 -- The condition's own message, or a fallback when the operator left it empty.

@@ -4,33 +4,8 @@
 -- RayClusterSuspended), the deprecated status.state (ready / suspended / failed) for operators running
 -- without the RayClusterStatusConditions feature gate, status.observedGeneration and the worker counts.
 --
--- Written for Argo CD's sandbox for argocd-cm customizations: Lua 5.1 (gopher-lua) with only the base,
--- table, package and a safe os library loaded. No string, math or io library is used, so no
--- resource.customizations.useOpenLibs entry is needed.
-
-local hs = {}
-
-local function nonempty(v)
-  return v ~= nil and v ~= ""
-end
-
--- "<prefix> (<reason>): <detail>", leaving out whatever is empty.
-local function describe(prefix, reason, detail)
-  local m = prefix
-  if nonempty(reason) then
-    m = m .. " (" .. reason .. ")"
-  end
-  if nonempty(detail) then
-    m = m .. ": " .. detail
-  end
-  return m
-end
-
-local function result(status, message)
-  hs.status = status
-  hs.message = message
-  return hs
-end
+-- Uses the shared prelude (health-checks/prelude.lua: result, nonempty, describe, conditionsByType, anyTrue,
+-- generationBehind), which the generator puts in front of it in argocd-cm.
 
 local function count(v)
   local n = tonumber(v)
@@ -45,18 +20,10 @@ if status == nil or next(status) == nil then
   return result("Progressing", "Waiting for the KubeRay operator to report the RayCluster's status")
 end
 
-local conditions = {}
-if status.conditions ~= nil then
-  for _, condition in ipairs(status.conditions) do
-    if condition.type ~= nil then
-      conditions[condition.type] = condition
-    end
-  end
-end
+local conditions = conditionsByType(status.conditions)
 
 local function isTrue(conditionType)
-  local condition = conditions[conditionType]
-  return condition ~= nil and condition.status == "True"
+  return anyTrue(conditions, conditionType)
 end
 
 local state = status.state or ""
@@ -69,12 +36,8 @@ local provisioned = isTrue("RayClusterProvisioned") or state == "ready"
 -- compared field changes (utils.InconsistentRayClusterStatus ignores observedGeneration), so after a spec edit
 -- that changes no pod or count, observedGeneration stays behind for good (KubeRay v1.7.0
 -- ray-operator/controllers/ray/utils/consistency.go).
-local generation = nil
-if obj.metadata ~= nil then
-  generation = tonumber(obj.metadata.generation)
-end
-local observed = tonumber(status.observedGeneration)
-if not provisioned and generation ~= nil and observed ~= nil and observed < generation then
+local generation, observed = generationBehind(obj)
+if not provisioned and generation ~= nil then
   return result("Progressing", "Waiting for KubeRay to observe generation " .. generation ..
     " of the RayCluster (observed " .. observed .. ")")
 end

@@ -3,33 +3,8 @@
 -- Reads status.jobDeploymentStatus (KubeRay's lifecycle of the RayCluster and the job submission) and
 -- status.jobStatus (the Ray job's own status from the Ray dashboard), plus status.reason / status.message.
 --
--- Written for Argo CD's sandbox for argocd-cm customizations: Lua 5.1 (gopher-lua) with only the base,
--- table, package and a safe os library loaded. No string, math or io library is used, so no
--- resource.customizations.useOpenLibs entry is needed.
-
-local hs = {}
-
-local function nonempty(v)
-  return v ~= nil and v ~= ""
-end
-
--- "<prefix> (<reason>): <detail>", leaving out whatever is empty.
-local function describe(prefix, reason, detail)
-  local m = prefix
-  if nonempty(reason) then
-    m = m .. " (" .. reason .. ")"
-  end
-  if nonempty(detail) then
-    m = m .. ": " .. detail
-  end
-  return m
-end
-
-local function result(status, message)
-  hs.status = status
-  hs.message = message
-  return hs
-end
+-- Uses the shared prelude (health-checks/prelude.lua: result, nonempty, describe, conditionsByType, anyTrue,
+-- generationBehind), which the generator puts in front of it in argocd-cm.
 
 local status = obj.status
 if status == nil or next(status) == nil then
@@ -67,13 +42,10 @@ if deployment == "ValidationFailed" then
 end
 
 -- The spec changed (e.g. spec.suspend flipped) and KubeRay has not caught up yet.
-if obj.metadata ~= nil then
-  local generation = tonumber(obj.metadata.generation)
-  local observed = tonumber(status.observedGeneration)
-  if generation ~= nil and observed ~= nil and observed < generation then
-    return result("Progressing", "Waiting for KubeRay to observe generation " .. generation ..
-      " of the RayJob (observed " .. observed .. ")")
-  end
+local generation, observed = generationBehind(obj)
+if generation ~= nil then
+  return result("Progressing", "Waiting for KubeRay to observe generation " .. generation ..
+    " of the RayJob (observed " .. observed .. ")")
 end
 
 local cluster = status.rayClusterName

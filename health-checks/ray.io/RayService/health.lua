@@ -4,33 +4,8 @@
 -- statuses of the active and pending RayClusters, status.numServeEndpoints, status.observedGeneration
 -- and, when an operator reports no conditions, the deprecated status.serviceStatus ("Running").
 --
--- Written for Argo CD's sandbox for argocd-cm customizations: Lua 5.1 (gopher-lua) with only the base,
--- table, package and a safe os library loaded. No string, math or io library is used, so no
--- resource.customizations.useOpenLibs entry is needed.
-
-local hs = {}
-
-local function nonempty(v)
-  return v ~= nil and v ~= ""
-end
-
--- "<prefix> (<reason>): <detail>", leaving out whatever is empty.
-local function describe(prefix, reason, detail)
-  local m = prefix
-  if nonempty(reason) then
-    m = m .. " (" .. reason .. ")"
-  end
-  if nonempty(detail) then
-    m = m .. ": " .. detail
-  end
-  return m
-end
-
-local function result(status, message)
-  hs.status = status
-  hs.message = message
-  return hs
-end
+-- Uses the shared prelude (health-checks/prelude.lua: result, nonempty, describe, conditionsByType, anyTrue,
+-- generationBehind), which the generator puts in front of it in argocd-cm.
 
 -- Serve applications of one side (active or pending) as a list sorted by name, so that messages do
 -- not depend on table iteration order.
@@ -59,33 +34,16 @@ if status == nil or next(status) == nil then
   return result("Progressing", "Waiting for the KubeRay operator to report the RayService's status")
 end
 
-local generation = nil
-if obj.metadata ~= nil then
-  generation = tonumber(obj.metadata.generation)
-end
-local observed = tonumber(status.observedGeneration)
-if generation ~= nil and observed ~= nil and observed < generation then
+local generation, observed = generationBehind(obj)
+if generation ~= nil then
   return result("Progressing", "Waiting for KubeRay to observe generation " .. generation ..
     " of the RayService (observed " .. observed .. ")")
 end
 
-local conditions = {}
-if status.conditions ~= nil then
-  for _, condition in ipairs(status.conditions) do
-    if condition.type ~= nil then
-      conditions[condition.type] = condition
-    end
-  end
-end
+local conditions = conditionsByType(status.conditions)
 
 local function isTrue(...)
-  for _, conditionType in ipairs({ ... }) do
-    local condition = conditions[conditionType]
-    if condition ~= nil and condition.status == "True" then
-      return true
-    end
-  end
-  return false
+  return anyTrue(conditions, ...)
 end
 
 local active = status.activeServiceStatus

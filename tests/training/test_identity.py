@@ -1,0 +1,134 @@
+"""A spec without a name gets one from what it trains: the same spec resumes its own run, a different one never
+shares a run folder. Knobs the EKS profile needs (elastic workers, collective timeout, health checks) reach Ray Train
+as its own settings. No Ray here."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from tests.training.support import digits_spec, tune_spec
+from training.errors import SpecError
+from training.identity import derived_name
+from training.spec import normalize, validate_spec
+
+
+def job_of(spec, environ=None):
+    validate_spec(spec)
+    return normalize(spec, environ or {})
+
+
+def unnamed(spec):
+    spec = json.loads(json.dumps(spec))
+    spec.pop("name")
+    return spec
+
+
+def changed(spec, path, value):
+    spec = json.loads(json.dumps(spec))
+    node = spec
+    *parents, leaf = path.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = value
+    return spec
+
+
+BASE = unnamed(digits_spec("x", "pytorch", epochs=2))
+
+
+def test_an_unnamed_spec_is_named_by_its_content():
+    job = job_of(BASE)
+    assert job["nameSource"] == "derived" and job["name"] == derived_name(job)
+    assert job["name"].startswith("train-pytorch-") and len(job["name"]) == len("train-pytorch-") + 10
+    assert job_of(json.loads(json.dumps(BASE)))["name"] == job["name"]  # the same spec, the same run
+    named = job_of(digits_spec("mine", "pytorch"))
+    assert (named["name"], named["nameSource"]) == ("mine", "spec")
+
+
+@pytest.mark.parametrize("path, value", [
+    ("trainConfig.framework", "xgboost"),
+    ("trainConfig.lr", 0.01),
+    ("trainConfig.batchSize", 64),
+    ("trainConfig.seed", 7),
+    ("trainConfig.model", {"filters": [8, 16, 32], "dense": 32}),
+    ("config.numWorkers", 1),
+    ("data.maxTrainSamples", 256),
+    ("data.source", "synthetic"),
+])
+def test_what_changes_the_model_changes_the_name(path, value):
+    assert job_of(changed(BASE, path, value))["name"] != job_of(BASE)["name"]
+
+
+@pytest.mark.parametrize("path, value", [
+    ("trainConfig.epochs", 5),  # more epochs continue the same run
+    ("checkpoint.storagePath", "/elsewhere"),
+    ("checkpoint.maxFailures", 0),
+    ("checkpoint.everyEpochs", 2),
+    ("config.resourceWaitSeconds", 5),
+    ("config.resourcesPerWorker", {"cpu": 2}),
+    ("config.healthCheck", {"workerTimeoutSeconds": 60}),
+])
+def test_operational_fields_keep_the_name(path, value):
+    assert job_of(changed(BASE, path, value))["name"] == job_of(BASE)["name"]
+
+
+def test_a_search_is_named_by_the_search():
+    base = unnamed(tune_spec("t"))
+    job = job_of(base)
+    assert job["name"].startswith("tune-pytorch-")
+    assert job_of(changed(base, "tuneConfig.numSamples", 3))["name"] != job["name"]
+    assert job_of(changed(base, "tuneConfig.scheduler", "asha"))["name"] != job["name"]
+    assert job_of(changed(base, "trainConfig.epochs", 4))["name"] != job["name"]  # a search's budget is its identity
+    assert job_of(changed(base, "tuneConfig.maxConcurrentTrials", 1))["name"] == job["name"]
+
+
+def test_elastic_workers():
+    job = job_of(changed(BASE, "config.numWorkers", {"min": 1, "max": 4}))
+    assert (job["minWorkers"], job["numWorkers"]) == (1, 4)
+    assert job_of(BASE)["minWorkers"] is None
+    with pytest.raises(SpecError) as info:
+        job_of(changed(unnamed(tune_spec("t")), "config.numWorkers", {"min": 1, "max": 2}))
+    assert info.value.field == "config.numWorkers" and "mode train" in info.value.message
+
+
+def test_elastic_workers_become_rays_scaling_config():
+    from training.trainers import scaling_config
+
+    assert scaling_config(job_of(changed(BASE, "config.numWorkers", {"min": 1, "max": 4}))).num_workers == (1, 4)
+    assert scaling_config(job_of(BASE)).num_workers == 2
+
+
+def test_collective_timeout_from_the_spec_then_the_chart():
+    from training.trainers import collective_timeout
+
+    chart = {"TRAINING_COLLECTIVE_TIMEOUT_SECONDS": "600"}
+    assert collective_timeout(job_of(BASE), {}) is None
+    assert collective_timeout(job_of(BASE), chart) == 600
+    assert collective_timeout(job_of(changed(BASE, "trainConfig.collectiveTimeoutSeconds", 120)), chart) == 120
+    with pytest.raises(SpecError, match="not a number"):
+        collective_timeout(job_of(BASE), {"TRAINING_COLLECTIVE_TIMEOUT_SECONDS": "ten"})
+
+
+def test_health_checks_are_rays_settings_while_the_trainer_starts(monkeypatch):
+    from training.trainers import health_check_settings
+
+    monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+    monkeypatch.delenv("RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S", raising=False)
+    job = job_of(changed(BASE, "config.healthCheck", {"workerTimeoutSeconds": 90, "intervalSeconds": 1}))
+    with health_check_settings(job) as wanted:
+        assert wanted == {"RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S": "90", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1"}
+        assert os.environ["RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S"] == "90"
+    assert os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] == "0.5"  # put back
+    assert "RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S" not in os.environ
+
+
+def test_the_settings_are_ones_ray_train_passes_to_its_controller():
+    """The names are Ray's: Ray Train propagates exactly these from the driver (so a typo here would be inert)."""
+    import ray.train.v2._internal.constants as ray_train_constants  # read, not used by the package
+
+    from training.trainers import HEALTH_CHECK_ENV
+
+    assert set(HEALTH_CHECK_ENV.values()) <= ray_train_constants.ENV_VARS_TO_PROPAGATE

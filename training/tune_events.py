@@ -1,0 +1,186 @@
+"""What happened to each trial of a search, as this package saw it: Tune callbacks and their journal.
+
+Tune's public results (``ResultGrid``) give each trial's config, metrics, checkpoints and error, but not whether a
+stopped trial ran to its end, was stopped early by the scheduler, or was cut off by an interruption, nor how often
+it was retried. The :class:`Progress` callback records those events (start, complete, recover, error) in
+``<experiment>/trial-events.json`` as they happen; the summary reads them back, so a resumed experiment still knows
+what its first run saw.
+
+Tune pickles its callbacks into the experiment and brings the pickled ones back on ``Tuner.restore``; so the
+callbacks keep only the experiment's name, and look up this run's settings (:class:`SearchState`) when Tune sets
+them up: a resumed search never acts on the first run's settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import sys
+from typing import Any
+
+from training import storage
+
+JOURNAL_FILE = "trial-events.json"
+
+#: The searches running in this process, by experiment name.
+_SEARCHES: dict[str, SearchState] = {}
+
+
+def say(message: str) -> None:
+    print(f"[tune] {message}", file=sys.stderr, flush=True)
+
+
+def fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def trial_index(trial_id: str) -> int:
+    try:
+        return int(str(trial_id).rsplit("_", 1)[-1])
+    except ValueError:
+        return 0
+
+
+class Journal:
+    """The trial events of one experiment, saved whole after each event (local folder or storage URI)."""
+
+    def __init__(self, experiment_path: str):
+        self.path = storage.join(experiment_path, JOURNAL_FILE)
+        self.events: list[dict[str, Any]] = []
+        if storage.exists(self.path):
+            try:
+                self.events = list(json.loads(storage.read_bytes(self.path)))
+            except (OSError, ValueError):
+                say(f"warning: {self.path} is unreadable; trial statuses start afresh")
+
+    def add(self, event: str, trial, **fields) -> None:
+        self.events.append({"event": event, "trialId": trial.trial_id, "trial": trial_index(trial.trial_id),
+                            **fields})
+        data = json.dumps(self.events, indent=0).encode()
+        if storage.is_uri(self.path):
+            storage.write_bytes(self.path, data)
+        else:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            with open(self.path, "wb") as fh:
+                fh.write(data)
+
+    def of(self, index: int) -> list[dict[str, Any]]:
+        return [e for e in self.events if e["trial"] == index]
+
+
+@dataclasses.dataclass
+class SearchState:
+    """This run's settings and findings for one experiment (read by the callbacks, written by them)."""
+
+    name: str
+    metric: str
+    epochs: int
+    scheduler: str
+    journal: Journal
+    interrupt_after: int | None = None
+    finished: int = 0
+    interrupted: bool = False
+    abort: str | None = None
+
+
+def begin(state: SearchState) -> SearchState:
+    _SEARCHES[state.name] = state
+    return state
+
+
+def end(name: str) -> SearchState | None:
+    return _SEARCHES.pop(name, None)
+
+
+def _first_error_line(trial) -> str:
+    path = getattr(trial, "error_file", None)
+    text = ""
+    try:
+        if path and os.path.exists(path):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                text = fh.read()
+    except OSError:
+        pass
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln.split(":")[0] or "Exception" in ln.split(":")[0]:
+            return ln[:500]
+    return (lines[-1] if lines else "trial failed")[:500]
+
+
+try:
+    from ray.tune import Callback as _Callback
+    from ray.tune.stopper import Stopper as _Stopper
+except Exception:  # base classes only; the module imports without Ray
+    _Callback = _Stopper = object
+
+
+class Progress(_Callback):
+    """Trial start / end / failure on stderr and in the journal (the trainers print each epoch themselves)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def _state(self) -> SearchState | None:
+        return _SEARCHES.get(self.name)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        state = self._state()
+        if state is not None:
+            say(f"trial {trial.trial_id} started: {', '.join(f'{k}={fmt(v)}' for k, v in trial.config.items())}")
+            state.journal.add("start", trial)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        state = self._state()
+        if state is None:
+            return
+        last = trial.last_result or {}
+        done = int(last.get("epoch", last.get("training_iteration", 0)) or 0)
+        how = "finished" if done >= state.epochs else f"stopped early by {state.scheduler}"
+        say(f"trial {trial.trial_id} {how} after epoch {done}: {state.metric}={fmt(last.get(state.metric))}")
+        state.journal.add("complete", trial, epoch=done)
+        state.finished += 1
+        if state.interrupt_after is not None and state.finished >= state.interrupt_after and not state.interrupted:
+            say(f"test hook: interrupting the experiment after {state.finished} finished trial(s)")
+            state.interrupted = True
+            os.kill(os.getpid(), signal.SIGUSR1)  # Tune's own "interrupted" path, as on Ctrl+C
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        state = self._state()
+        if state is None:
+            return
+        msg = _first_error_line(trial)
+        say(f"trial {trial.trial_id} failed ({msg[:200]}); retrying from its latest checkpoint")
+        state.journal.add("recover", trial, message=msg)
+        self._fatal(state, msg)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        state = self._state()
+        if state is None:
+            return
+        msg = _first_error_line(trial)
+        say(f"trial {trial.trial_id} failed for good: {msg}")
+        state.journal.add("error", trial, message=msg)
+        self._fatal(state, msg)
+
+    @staticmethod
+    def _fatal(state: SearchState, msg: str) -> None:
+        if "MetricNotReported" in msg and state.abort is None:
+            # Every trial of this trainer would fail the same way: stop the search rather than retry.
+            state.abort = msg
+
+
+class Abort(_Stopper):
+    """Stops the whole search when :class:`Progress` found a failure every trial would repeat."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, trial_id, result):
+        return False
+
+    def stop_all(self):
+        state = _SEARCHES.get(self.name)
+        return bool(state and state.abort)
