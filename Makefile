@@ -54,7 +54,7 @@ train: setup ## run a training job spec, locally or against RAY_ADDRESS (SPEC=..
 tune: setup ## hyperparameter search (SPEC=training/examples/tune-digits-asha.yaml, RESUME=1 to resume, SAMPLES=N)
 	@$(PY) -m training run $(or $(SPEC),training/examples/tune-digits-asha.yaml) $(if $(RESUME),--resume) $(if $(SAMPLES),--num-samples $(SAMPLES))
 
-bench-train: setup ## plain PyTorch/TensorFlow vs Ray Train 1 and 2 workers: JSON, table, plot in results/bench-train
+bench-train: setup ## plain PyTorch/TensorFlow vs Ray Train 1 and 2 workers, cold and warm Ray: JSON, table, plot in results/bench-train
 	@$(PY) -m training.bench.train $(BENCH_ARGS)
 
 bench-tune: setup ## ASHA vs FIFO at the same numSamples: JSON, table, plot in results/bench-tune

@@ -8,13 +8,12 @@
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import charts, schema_check
 from .environments import Environment
-from .errors import RenderError, RenderErrors
+from .errors import RenderError, RenderErrors, ValueFault
 from .layers import Layer, merge
 
 PLATFORM_APP = "platform"
@@ -56,7 +55,7 @@ def compose(root: Path, env: Environment) -> list[App]:
             return
         what = f"values of chart {chart.name!r} (app {name!r})"
         errors.extend(schema_check.check(values, schema_check.load_schema(chart.schema_path), what,
-                                         skip_required=True))
+                                         skip_required=True, app=name, chart=chart.name))
         apps.append(App(env.name, name, release, chart, env.namespace, values, hashed))
 
     platform = layer.get("platform", default={}) or {}
@@ -90,25 +89,21 @@ def compose(root: Path, env: Environment) -> list[App]:
     return apps
 
 
-_WHAT = re.compile(r" in values of chart '([^']+)' \(app '([^']+)'\)")
-
-
 def _merge_same_fault(errors: list[RenderError]) -> list[RenderError]:
     """One value that breaks several apps is one fault: report it once, naming every app."""
-    merged: dict[str, list] = {}
+    merged: dict[tuple, list[RenderError]] = {}
     for err in errors:
-        text = str(err)
-        match = _WHAT.search(text)
-        key = _WHAT.sub("", text) if match else text
-        merged.setdefault(key, []).append(match.groups() if match else None)
+        f = err.fault
+        key = (err.location, f.field, f.problem, f.hint) if f is not None and f.apps else (id(err),)
+        merged.setdefault(key, []).append(err)
     out = []
-    for key, whats in merged.items():
-        apps = [w for w in whats if w]
-        if not apps:
-            out.append(RenderError(key))
+    for same in merged.values():
+        f = same[0].fault
+        if f is None or not f.apps:
+            out.append(same[0])
             continue
-        names = ", ".join(f"{app} ({chart})" for chart, app in apps)
-        head, _, tail = key.partition(" (expected:")
-        out.append(RenderError(f"{head} in the values of app{'s' if len(apps) > 1 else ''} {names}"
-                               + (f" (expected:{tail}" if tail else "")))
+        apps = tuple(pair for e in same for pair in e.fault.apps)
+        names = ", ".join(f"{app} ({chart})" for app, chart in apps)
+        what = f"the values of app{'s' if len(apps) > 1 else ''} {names}"
+        out.append(RenderError(f.message(what), same[0].location, ValueFault(f.field, f.problem, f.hint, apps)))
     return out

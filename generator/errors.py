@@ -27,11 +27,28 @@ def dotted(path) -> str:
     return out
 
 
-class RenderError(Exception):
-    """A fault in the inputs (or a failing tool) that stops the render; str() is the whole message."""
+@dataclass(frozen=True)
+class ValueFault:
+    """The parts of a bad value's message, kept apart so that callers need not parse the text: the key path
+    (``field``), what is wrong (``problem``), the hint that follows (`` (expected: integer)``), and the apps whose
+    values it broke, as (app, chart) pairs (none for an environment's own structure)."""
 
-    def __init__(self, message: str, location: Location | None = None):
+    field: str
+    problem: str
+    hint: str = ""
+    apps: tuple[tuple[str, str], ...] = ()
+
+    def message(self, what: str) -> str:
+        return f"{self.field}: {self.problem} in {what}{self.hint}"
+
+
+class RenderError(Exception):
+    """A fault in the inputs (or a failing tool) that stops the render; str() is the whole message. ``fault`` holds
+    a bad value's parts (key path, problem, app, chart) when the error is about one."""
+
+    def __init__(self, message: str, location: Location | None = None, fault: ValueFault | None = None):
         self.location = location
+        self.fault = fault
         super().__init__(f"{location}: {message}" if location else message)
 
 

@@ -8,7 +8,9 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from .errors import Location, RenderError, dotted
+from schema_messages import expected_types, explain, leaves
+
+from .errors import Location, RenderError, ValueFault, dotted
 from .layers import Layer
 from .templating import is_template
 
@@ -23,45 +25,29 @@ def load_schema(path: Path) -> jsonschema.protocols.Validator:
 
 
 def check(layer: Layer, validator, what: str, prefix=(), skip_required=False,
-          skip_templates=False) -> list[RenderError]:
+          skip_templates=False, app: str | None = None, chart: str | None = None) -> list[RenderError]:
     """Every violation of `validator` in `layer`, each with file:line, the key path and what is expected.
 
     `prefix` is prepended to paths in messages when the layer's origins do not say better.
     `skip_required`: leave missing keys to a later check that sees the defaults (helm's own).
     `skip_templates`: leave template strings (not rendered yet) to the check after rendering.
+    `app`, `chart`: whose values these are (the errors carry them, see ValueFault).
     """
     errors = []
     for err in sorted(validator.iter_errors(layer.data), key=lambda e: list(map(str, e.absolute_path))):
-        for leaf in _leaves(err):
+        for leaf in leaves(err):
             if skip_required and leaf.validator == "required":
                 continue
             if skip_templates and is_template(leaf.instance):
                 continue
-            errors.append(_located(leaf, layer, what, prefix))
+            errors.append(_located(leaf, layer, what, prefix, app, chart))
     unique = {str(e): e for e in errors}
     return list(unique.values())
 
 
-def _leaves(err):
-    """For oneOf/anyOf, the errors of the branch that was meant (not 'is not valid under any of the given schemas')."""
-    if err.validator in ("oneOf", "anyOf") and err.context:
-        branches = {}
-        for sub in err.context:
-            if sub.validator == "type" and sub.schema.get("type") == "null":
-                continue  # the `null` alternative (delete a key) is never the one meant
-            branches.setdefault(sub.relative_schema_path[0], []).append(sub)
-        if len(branches) == 1:
-            for sub in next(iter(branches.values())):
-                yield from _leaves(sub)
-            return
-        if branches:
-            yield from _leaves(jsonschema.exceptions.best_match([e for b in branches.values() for e in b]))
-            return
-    yield err
-
-
-def _located(err, layer: Layer, what: str, prefix) -> RenderError:
+def _located(err, layer: Layer, what: str, prefix, app, chart) -> RenderError:
     path = tuple(err.absolute_path)
+    apps = ((app, chart),) if app else ()
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):
         allowed = set(err.schema.get("properties", {}))
         extra = sorted(k for k in err.instance if k not in allowed)
@@ -69,15 +55,20 @@ def _located(err, layer: Layer, what: str, prefix) -> RenderError:
         known = ", ".join(sorted(allowed)) or "none"
         location = layer.locate(path + (key,)) if key is not None else layer.locate(path)
         where = _where(location, path + ((key,) if key is not None else ()), prefix)
-        return RenderError(f"{where}: unknown key {key!r} in {what} (known keys here: {known})", _file(location))
-    if err.validator == "propertyNames":
+        fault = ValueFault(where, f"unknown key {key!r}", f" (known keys here: {known})", apps)
+    elif err.validator == "propertyNames":
         location = layer.locate(path)
-        return RenderError(f"{_where(location, path, prefix)}: key {err.instance!r} is not allowed in {what}: "
-                           f"{err.message}", _file(location))
-    location = layer.locate(path)
-    expected = _expected(err)
-    return RenderError(f"{_where(location, path, prefix)}: {err.message} in {what}"
-                       + (f" (expected: {expected})" if expected else ""), _file(location))
+        fault = ValueFault(_where(location, path, prefix), f"key {err.instance!r} is not allowed", f": {err.message}",
+                           apps)
+    else:
+        location = layer.locate(path)
+        if err.validator in ("oneOf", "anyOf"):  # a leaf only when every alternative's type was wrong
+            message, expected = explain(err), ""
+        else:
+            message, expected = err.message, _expected(err)
+        fault = ValueFault(_where(location, path, prefix), message, f" (expected: {expected})" if expected else "",
+                           apps)
+    return RenderError(fault.message(what), _file(location), fault)
 
 
 def _where(location, path, prefix) -> str:
@@ -94,8 +85,7 @@ def _file(location):
 def _expected(err) -> str:
     schema = err.schema
     if err.validator == "type":
-        t = schema.get("type")
-        return " or ".join(t) if isinstance(t, list) else str(t)
+        return " or ".join(expected_types(err))
     if err.validator == "enum":
         return "one of " + ", ".join(map(str, schema["enum"]))
     if err.validator == "pattern":

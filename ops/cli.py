@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive, default=2, help="Ray Train workers (1 CPU each); default 2")
     p.add_argument("--epochs", type=_positive, help="default: make bench-train's (5; --tiny 1)")
     p.add_argument("--data", choices=["digits", "synthetic"], default="digits")
-    p.add_argument("--batch-size", type=_positive, default=64, help="per-worker batch; default 64")
+    p.add_argument("--batch-size", type=_positive, default=64, help="global batch of one step (split over the workers); default 64")
     p.add_argument("--tiny", action="store_true", help="a seconds-long run (256 samples, a small CNN, 1 epoch)")
     p.add_argument("--out", help="output folder; default results/bench-cluster")
     p.add_argument("--keep", action="store_true", help="keep the two benchmark jobs in the environment after")

@@ -60,50 +60,20 @@ def load_spec_file(path: str | os.PathLike) -> dict:
     return data
 
 
-def _field_path(error) -> str:
-    """JSON-path-like name of the field an error is about (``trainConfig.framework``, ``config.numWorkers``)."""
-    parts = list(error.absolute_path)
-    # "required" errors point at the parent; name the missing child instead.
-    if error.validator == "required":
-        missing = error.message.split("'")[1] if "'" in error.message else ""
-        parts.append(missing)
-    elif error.validator == "additionalProperties":
-        extra = error.message.split("'")[1] if "'" in error.message else ""
-        parts.append(extra)
-    out = ""
-    for part in parts:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out or "(top level)"
-
-
-def _best_errors(errors):
-    """Flatten if/then, anyOf and oneOf wrappers down to the errors that say what is wrong. Of the alternatives'
-    errors, a wrong type only counts when every alternative's is one (``{min: 0}`` is a bad minimum, not "not an
-    integer")."""
-    out = []
-    for err in errors:
-        if err.context:
-            inner = _best_errors(err.context)
-            if err.validator in ("oneOf", "anyOf") and any(e.validator != "type" for e in inner):
-                inner = [e for e in inner if e.validator != "type"]
-            out.extend(inner)
-        else:
-            out.append(err)
-    return out
-
-
 def validate_spec(spec: Mapping[str, Any]) -> None:
     """Raise ``SpecError`` naming the first offending field (all problems are listed in ``details``)."""
     import jsonschema
 
+    from schema_messages import error_field, explain, field_path, leaves
+
     validator = jsonschema.Draft202012Validator(load_schema())
-    errors = sorted(_best_errors(validator.iter_errors(spec)), key=lambda e: (_field_path(e), e.message))
-    if errors:
-        lines = [f"{_field_path(e)}: {e.message}" for e in errors]
-        first = errors[0]
+    found = {(field_path(error_field(leaf)), explain(leaf)) for e in validator.iter_errors(spec) for leaf in leaves(e)}
+    if found:
+        problems = sorted(found)
+        lines = [f"{where}: {what}" for where, what in problems]
         raise SpecError(
             f"invalid job spec: {lines[0]}" + (f" (and {len(lines) - 1} more problem(s))" if len(lines) > 1 else ""),
-            field=_field_path(first),
+            field=problems[0][0],
             details="\n".join(lines),
         )
     _semantic_checks(spec)
@@ -156,70 +126,16 @@ def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None)
     """A validated spec with every default filled in: the plain dict that the driver and every worker use."""
     environ = os.environ if environ is None else environ
     spec = copy.deepcopy(dict(spec))
-    cfg = spec.get("config", {}) or {}
     tc = spec.get("trainConfig", {}) or {}
-    sc = tc.get("scalingConfig", {}) or {}
-    data = spec.get("data", {}) or {}
-    ck = spec.get("checkpoint", {}) or {}
     framework = tc.get("framework") or ("pytorch" if spec["mode"] == "tune" else None)
-    fdefaults = FRAMEWORK_DEFAULTS.get(framework or "pytorch")
-
-    rpw = {**(cfg.get("resourcesPerWorker") or {}), **(sc.get("resourcesPerWorker") or {})}
-    use_gpu = bool(sc.get("useGpu", cfg.get("useGpu", False))) or float(rpw.get("gpu", 0) or 0) > 0
-    gpu = float(rpw.get("gpu", 1 if use_gpu else 0))
-
-    storage = ck.get("storagePath") or environ.get(STORAGE_ENV) or DEFAULT_STORAGE
-    storage_source = "spec" if ck.get("storagePath") else (STORAGE_ENV if environ.get(STORAGE_ENV) else "default")
-    resume_from = ck.get("resumeFrom")
-    workers = sc.get("numWorkers", cfg.get("numWorkers", 1))
-    elastic = isinstance(workers, dict)
-
     job = {
         "name": spec.get("name"),
         "nameSource": "spec" if spec.get("name") else "derived",
         "mode": spec["mode"],
-        "numWorkers": int(workers["max"] if elastic else workers),
-        "minWorkers": int(workers["min"]) if elastic else None,
-        "healthCheck": dict(cfg.get("healthCheck") or {}),
-        "collectiveTimeoutSeconds": tc.get("collectiveTimeoutSeconds"),
-        "useGpu": use_gpu,
-        "cpuPerWorker": float(rpw.get("cpu", 1)),
-        "gpuPerWorker": gpu,
-        "placementStrategy": sc.get("placementStrategy", "PACK"),
-        "resourceWaitSeconds": float(cfg.get("resourceWaitSeconds", 30)),
-        "framework": framework,
-        "trainerPath": tc.get("trainerPath"),
-        "epochs": int(tc.get("epochs", fdefaults["epochs"])),
-        "batchSize": int(tc.get("batchSize", fdefaults["batchSize"])),
-        "lr": float(tc.get("lr", fdefaults["lr"])),
-        "seed": int(tc.get("seed", 42)),
-        "model": {
-            "filters": list((tc.get("model") or {}).get("filters", [64, 128, 256])),
-            "dense": int((tc.get("model") or {}).get("dense", 512)),
-            "convDropout": float((tc.get("model") or {}).get("convDropout", 0.25)),
-            "denseDropout": float((tc.get("model") or {}).get("denseDropout", 0.5)),
-        },
-        "xgboost": dict(tc.get("xgboost") or {}),
-        "params": dict(tc.get("params") or {}),
-        "data": {
-            "source": data.get("source", "digits"),
-            "path": (_abs_storage(data["path"]) if data.get("path") else None),
-            "validationFraction": float(data.get("validationFraction", 0.2)),
-            "maxTrainSamples": data.get("maxTrainSamples"),
-            "maxValSamples": data.get("maxValSamples"),
-            "numSamples": int(data.get("numSamples", 2048)),
-            "verifyOnDriver": bool(data.get("verifyOnDriver", True)),
-        },
-        "checkpoint": {
-            "storagePath": _abs_storage(storage),
-            "storageSource": storage_source,
-            "everyEpochs": int(ck.get("everyEpochs", 1)),
-            "keepBest": ck.get("keepBest"),
-            "metric": ck.get("metric", "val_accuracy"),
-            "metricMode": ck.get("metricMode", "max"),
-            "maxFailures": int(ck.get("maxFailures", 2)),
-            "resumeFrom": _abs_storage(resume_from) if resume_from else None,
-        },
+        **_workers(spec.get("config", {}) or {}, tc.get("scalingConfig", {}) or {}),
+        **_training(tc, framework),
+        "data": _data(spec.get("data", {}) or {}),
+        "checkpoint": _checkpoint(spec.get("checkpoint", {}) or {}, environ),
         "tuneConfig": spec.get("tuneConfig"),
         "spec": spec,
     }
@@ -232,6 +148,75 @@ def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None)
 
         job["name"] = derived_name(job)
     return job
+
+
+def _workers(cfg: Mapping[str, Any], sc: Mapping[str, Any]) -> dict[str, Any]:
+    """How many workers and what each holds: ``trainConfig.scalingConfig`` over ``config``."""
+    rpw = {**(cfg.get("resourcesPerWorker") or {}), **(sc.get("resourcesPerWorker") or {})}
+    use_gpu = bool(sc.get("useGpu", cfg.get("useGpu", False))) or float(rpw.get("gpu", 0) or 0) > 0
+    workers = sc.get("numWorkers", cfg.get("numWorkers", 1))
+    elastic = isinstance(workers, dict)
+    return {
+        "numWorkers": int(workers["max"] if elastic else workers),
+        "minWorkers": int(workers["min"]) if elastic else None,
+        "healthCheck": dict(cfg.get("healthCheck") or {}),
+        "useGpu": use_gpu,
+        "cpuPerWorker": float(rpw.get("cpu", 1)),
+        "gpuPerWorker": float(rpw.get("gpu", 1 if use_gpu else 0)),
+        "placementStrategy": sc.get("placementStrategy", "PACK"),
+        "resourceWaitSeconds": float(cfg.get("resourceWaitSeconds", 30)),
+    }
+
+
+def _training(tc: Mapping[str, Any], framework: str | None) -> dict[str, Any]:
+    """What is trained and how: the framework's defaults under ``trainConfig``."""
+    fdefaults = FRAMEWORK_DEFAULTS.get(framework or "pytorch")
+    model = tc.get("model") or {}
+    return {
+        "collectiveTimeoutSeconds": tc.get("collectiveTimeoutSeconds"),
+        "framework": framework,
+        "trainerPath": tc.get("trainerPath"),
+        "epochs": int(tc.get("epochs", fdefaults["epochs"])),
+        "batchSize": int(tc.get("batchSize", fdefaults["batchSize"])),
+        "lr": float(tc.get("lr", fdefaults["lr"])),
+        "seed": int(tc.get("seed", 42)),
+        "model": {
+            "filters": list(model.get("filters", [64, 128, 256])),
+            "dense": int(model.get("dense", 512)),
+            "convDropout": float(model.get("convDropout", 0.25)),
+            "denseDropout": float(model.get("denseDropout", 0.5)),
+        },
+        "xgboost": dict(tc.get("xgboost") or {}),
+        "params": dict(tc.get("params") or {}),
+    }
+
+
+def _data(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "source": data.get("source", "digits"),
+        "path": (_abs_storage(data["path"]) if data.get("path") else None),
+        "validationFraction": float(data.get("validationFraction", 0.2)),
+        "maxTrainSamples": data.get("maxTrainSamples"),
+        "maxValSamples": data.get("maxValSamples"),
+        "numSamples": int(data.get("numSamples", 2048)),
+        "verifyOnDriver": bool(data.get("verifyOnDriver", True)),
+    }
+
+
+def _checkpoint(ck: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """Where checkpoints go (the spec, else $TRAINING_STORAGE_PATH, else the default folder) and how many stay."""
+    storage = ck.get("storagePath") or environ.get(STORAGE_ENV) or DEFAULT_STORAGE
+    resume_from = ck.get("resumeFrom")
+    return {
+        "storagePath": _abs_storage(storage),
+        "storageSource": "spec" if ck.get("storagePath") else (STORAGE_ENV if environ.get(STORAGE_ENV) else "default"),
+        "everyEpochs": int(ck.get("everyEpochs", 1)),
+        "keepBest": ck.get("keepBest"),
+        "metric": ck.get("metric", "val_accuracy"),
+        "metricMode": ck.get("metricMode", "max"),
+        "maxFailures": int(ck.get("maxFailures", 2)),
+        "resumeFrom": _abs_storage(resume_from) if resume_from else None,
+    }
 
 
 def load_job(path: str | os.PathLike, environ: Mapping[str, str] | None = None) -> dict:

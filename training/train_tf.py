@@ -16,62 +16,28 @@ TF_CKPT_PREFIX = "tf/ckpt"
 
 def train(ctx: WorkerContext) -> None:
     # The context has put TF_WORKER_ENV into this process's environment: TensorFlow is imported after it.
-    job = ctx.job
-
     import tensorflow as tf
 
-    from training.models_tf import build_cnn, keras
+    from training.models_tf import keras
 
     k = keras()
     tf.get_logger().setLevel("ERROR")  # MWMS logs every collective it builds at INFO
     try:
-        tf.config.threading.set_intra_op_parallelism_threads(max(1, int(job["cpuPerWorker"])))
+        tf.config.threading.set_intra_op_parallelism_threads(max(1, int(ctx.job["cpuPerWorker"])))
     except RuntimeError:
         pass  # already initialized in this process
     k.utils.set_random_seed(ctx.seed)
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     shard = ctx.data()
-    mc = ctx.model_config
-    with strategy.scope():
-        model = build_cnn(shard.input_shape, shard.num_classes, mc["filters"], mc["dense"], mc["convDropout"], mc["denseDropout"])
-        optimizer = k.optimizers.Adam(learning_rate=ctx.lr)
-        model.compile(optimizer=optimizer,
-                      loss=k.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=[k.metrics.SparseCategoricalAccuracy(name="accuracy")])
-        tf_ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
-
-        def load(directory: str) -> None:
-            index = ctx.checkpoint_file(TF_CKPT_PREFIX + ".index")
-            tf_ckpt.read(index[: -len(".index")]).expect_partial()
-
-        restored = ctx.restore(load)
-    if ctx.rank == 0 and not restored:
-        ctx.log(f"tensorflow CNN {mc['filters']}/{mc['dense']}: {model.count_params():,} parameters; "
-                f"{ctx.world_size} worker(s) x {len(shard.x_train)} training samples "
-                f"({shard.source}, input {shard.input_shape}), {strategy.num_replicas_in_sync} replicas in sync")
-
-    n = len(shard.x_train)
-    bs = min(ctx.batch_size, n)
-    steps = max(n // bs, 1)
-    # Validation batches must be equal on every worker (collectives): the largest batch <= 256 that divides the
-    # shard covers all of it; a shard with no such divisor >= 16 drops its last partial batch instead.
-    n_val = len(shard.x_val)
-    vbs = next((d for d in range(min(256, n_val), 0, -1) if n_val % d == 0), 1)
-    if vbs < 16:
-        vbs = min(ctx.batch_size, n_val)
-    vsteps = max(n_val // vbs, 1)
+    model, tf_ckpt = _model(ctx, strategy, shard)
+    steps, bs, val_data, vsteps = _batches(ctx, strategy, shard)
 
     def train_data(epoch):
         def fn(_input_context):
             ds = tf.data.Dataset.from_tensor_slices((shard.x_train, shard.y_train))
-            ds = ds.shuffle(n, seed=ctx.seed * 100003 + epoch * 101 + ctx.rank).repeat()
+            ds = ds.shuffle(len(shard.x_train), seed=ctx.seed * 100003 + epoch * 101 + ctx.rank).repeat()
             return ds.batch(bs, drop_remainder=True).prefetch(2)
-        return strategy.distribute_datasets_from_function(fn)
-
-    def val_data():
-        def fn(_input_context):
-            return tf.data.Dataset.from_tensor_slices((shard.x_val, shard.y_val)).batch(vbs, drop_remainder=True)
         return strategy.distribute_datasets_from_function(fn)
 
     class FaultHook(k.callbacks.Callback):
@@ -93,8 +59,58 @@ def train(ctx: WorkerContext) -> None:
         hist = model.fit(train_data(epoch), epochs=epoch, initial_epoch=epoch - 1, steps_per_epoch=steps,
                          verbose=0, callbacks=[FaultHook(epoch)])
         metrics = {"loss": hist.history["loss"][-1], "accuracy": hist.history["accuracy"][-1], **evaluate(),
-                   "samples": steps * bs * ctx.world_size}
+                   "samples": steps * bs * ctx.world_size, "steps": steps}
         ctx.report(epoch, metrics, save=save, save_on_all_ranks=True)
 
     if not ctx.trained_epochs:
         ctx.record_evaluation(evaluate())
+
+
+def _model(ctx: WorkerContext, strategy, shard):
+    """The compiled CNN and its tf.train.Checkpoint under the strategy, restored from the run's checkpoint if any."""
+    import tensorflow as tf
+
+    from training.models_tf import build_cnn, keras
+
+    k = keras()
+    mc = ctx.model_config
+    with strategy.scope():
+        model = build_cnn(shard.input_shape, shard.num_classes, mc["filters"], mc["dense"], mc["convDropout"], mc["denseDropout"])
+        optimizer = k.optimizers.Adam(learning_rate=ctx.lr)
+        model.compile(optimizer=optimizer,
+                      loss=k.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=[k.metrics.SparseCategoricalAccuracy(name="accuracy")])
+        tf_ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+
+        def load(directory: str) -> None:
+            index = ctx.checkpoint_file(TF_CKPT_PREFIX + ".index")
+            tf_ckpt.read(index[: -len(".index")]).expect_partial()
+
+        restored = ctx.restore(load)
+    if ctx.rank == 0 and not restored:
+        ctx.log(f"tensorflow CNN {mc['filters']}/{mc['dense']}: {model.count_params():,} parameters; "
+                f"{ctx.world_size} worker(s) x {len(shard.x_train)} training samples "
+                f"({shard.source}, input {shard.input_shape}), {strategy.num_replicas_in_sync} replicas in sync")
+    return model, tf_ckpt
+
+
+def _batches(ctx: WorkerContext, strategy, shard):
+    """Steps per epoch and this worker's batch (its share of the global batch), and the validation data: batches
+    must be equal on every worker (collectives), so the largest batch <= 256 that divides the shard covers all of
+    it; a shard with no such divisor >= 16 drops its last partial batch instead."""
+    import tensorflow as tf
+
+    n = len(shard.x_train)
+    bs = min(ctx.batch_size, n)
+    steps = max(n // bs, 1)
+    n_val = len(shard.x_val)
+    vbs = next((d for d in range(min(256, n_val), 0, -1) if n_val % d == 0), 1)
+    if vbs < 16:
+        vbs = min(ctx.batch_size, n_val)
+
+    def val_data():
+        def fn(_input_context):
+            return tf.data.Dataset.from_tensor_slices((shard.x_val, shard.y_val)).batch(vbs, drop_remainder=True)
+        return strategy.distribute_datasets_from_function(fn)
+
+    return steps, bs, val_data, max(n_val // vbs, 1)

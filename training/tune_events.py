@@ -132,6 +132,16 @@ class Progress(_Callback):
             say(f"trial {trial.trial_id} started: {', '.join(f'{k}={fmt(v)}' for k, v in trial.config.items())}")
             state.journal.add("start", trial)
 
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        # Each trial's own metric history: Tune's per-trial result.json can be empty after PBT paused and restarted
+        # every trial (seen with synch PBT in Ray 2.60), and a trial that exploited another carries that one's
+        # last result.
+        state = self._state()
+        value = result.get(state.metric) if state is not None else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            epoch = int(result.get("epoch", result.get("training_iteration", 0)) or 0)
+            state.journal.add("result", trial, epoch=epoch, value=float(value))
+
     def on_trial_complete(self, iteration, trials, trial, **info):
         state = self._state()
         if state is None:

@@ -184,9 +184,31 @@ def semantic_checks(spec: Mapping[str, Any]) -> None:
         if metric not in reported:
             raise _err(f"the built-in {framework} trainer never reports {metric!r}; it reports "
                        f"{', '.join(BUILTIN_METRICS[framework])}", "tuneConfig.metric")
+    _check_scheduler(tc, space, int(train.get("epochs", 50 if framework == "xgboost" else 5)))
+    cfg = spec.get("config") or {}
+    sc = train.get("scalingConfig") or {}
+    workers = int(sc.get("numWorkers", cfg.get("numWorkers", 1)))
+    runner = tc.get("trialRunner", "auto")
+    if runner == "local" and workers > 1:
+        raise _err(f"local runs each trial in one process (one worker) but config.numWorkers is {workers}; "
+                   "use trialRunner: train (each trial a Ray Train run) or numWorkers: 1", "tuneConfig.trialRunner")
+    rpt = tc.get("resourcesPerTrial") or {}
+    if resolve_runner(runner, workers) == "local" and "cpu" in rpt and rpt["cpu"] <= 0:
+        raise _err("a local trial trains in its own process and needs cpu > 0", "tuneConfig.resourcesPerTrial.cpu")
+
+
+SCHEDULER_OPTIONS = {
+    "asha": ("gracePeriod", "reductionFactor", "maxT", "brackets"),
+    "median": ("gracePeriod", "minSamplesRequired"),
+    "pbt": ("perturbationInterval", "quantileFraction", "resampleProbability", "synch"),
+    "fifo": (),
+}
+
+
+def _check_scheduler(tc: Mapping[str, Any], space: Mapping[str, Any], epochs: int) -> None:
+    """The scheduler's options against the epochs a trial trains."""
     scheduler = tc.get("scheduler", "fifo")
     opts = tc.get("schedulerConfig") or {}
-    epochs = int(train.get("epochs", 50 if framework == "xgboost" else 5))
     misplaced = sorted(set(opts) - set(SCHEDULER_OPTIONS[scheduler]))
     if misplaced:
         raise _err(f"{', '.join(misplaced)} is not an option of scheduler {scheduler} (its options: "
@@ -209,24 +231,6 @@ def semantic_checks(spec: Mapping[str, Any]) -> None:
         if interval >= epochs:
             raise _err(f"perturbationInterval ({interval}) must be below trainConfig.epochs ({epochs}), or pbt never "
                        "perturbs", "tuneConfig.schedulerConfig.perturbationInterval")
-    cfg = spec.get("config") or {}
-    sc = train.get("scalingConfig") or {}
-    workers = int(sc.get("numWorkers", cfg.get("numWorkers", 1)))
-    runner = tc.get("trialRunner", "auto")
-    if runner == "local" and workers > 1:
-        raise _err(f"local runs each trial in one process (one worker) but config.numWorkers is {workers}; "
-                   "use trialRunner: train (each trial a Ray Train run) or numWorkers: 1", "tuneConfig.trialRunner")
-    rpt = tc.get("resourcesPerTrial") or {}
-    if resolve_runner(runner, workers) == "local" and "cpu" in rpt and rpt["cpu"] <= 0:
-        raise _err("a local trial trains in its own process and needs cpu > 0", "tuneConfig.resourcesPerTrial.cpu")
-
-
-SCHEDULER_OPTIONS = {
-    "asha": ("gracePeriod", "reductionFactor", "maxT", "brackets"),
-    "median": ("gracePeriod", "minSamplesRequired"),
-    "pbt": ("perturbationInterval", "quantileFraction", "resampleProbability", "synch"),
-    "fifo": (),
-}
 
 
 def default_perturbation_interval(epochs: int) -> int:

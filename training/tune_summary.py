@@ -44,7 +44,11 @@ def _best_checkpoint(result, metric: str, mode: str) -> tuple[str | None, float 
     return best
 
 
-def _best_value(result, metric: str, mode: str) -> float | None:
+def _best_value(result, metric: str, mode: str, events: list[dict[str, Any]]) -> float | None:
+    """The trial's best value of the metric: from the journal's per-result record, else Tune's dataframe."""
+    mine = [e["value"] for e in events if e["event"] == "result" and math.isfinite(e["value"])]
+    if mine:
+        return float(max(mine) if mode == "max" else min(mine))
     frame = result.metrics_dataframe
     if frame is None or metric not in frame or frame[metric].dropna().empty:
         return None
@@ -66,14 +70,14 @@ def trial_rows(job: dict[str, Any], grid, journal: Journal) -> list[dict[str, An
         best_ckpt, best_ckpt_value, best_epoch = _best_checkpoint(result, metric, mode)
         errors = [e for e in events if e["event"] == "error"]
         rows.append({
-            "trialId": last.get("trial_id") or next((e["trialId"] for e in events), ""),
+            "trialId": next((e["trialId"] for e in events), "") or last.get("trial_id") or "",
             "trial": index,
             "status": status,
             "config": dict(result.config or {}),
             "epochs": epoch,
             "iterations": int(last.get("training_iteration", 0) or 0),
             "lastMetric": last.get(metric),
-            "bestMetric": _best_value(result, metric, mode),
+            "bestMetric": _best_value(result, metric, mode, events),
             "bestEpoch": best_epoch,
             "bestCheckpointMetric": best_ckpt_value,
             "failures": sum(1 for e in events if e["event"] in ("recover", "error")),
@@ -167,26 +171,30 @@ def summarize(job: dict[str, Any], grid, search: SearchState, cluster: dict, fit
         if best["checkpointPath"]:
             out["checkpointPath"] = best["checkpointPath"]
             results["bestCheckpointMetric"] = best["bestCheckpointMetric"]
-    if search.abort:
-        status, code = "error", 1
-        out["error"] = {"type": "training", "message": f"the search was stopped: {search.abort}"}
-    elif not rows or (counts["errored"] == len(rows)):
-        first = next((r["error"] for r in rows if r["error"]), "no trial ran")
-        status, code = "error", 1
-        out["error"] = {"type": "training", "message": f"all {len(rows)} trial(s) failed; first error: {first}"}
-    elif best is None:
-        status, code = "error", 1
-        out["error"] = {"type": "training", "message": f"no trial reported {metric}"}
-    elif results["interrupted"] or counts["errored"]:
-        status, code = "partial", 0
-        if results["interrupted"]:
-            say(f"experiment interrupted with {results['unfinishedTrials']} trial(s) unfinished: run again with "
-                "--resume to continue (finished trials are kept)")
-    else:
-        status, code = "success", 0
+    status, code, error = _verdict(search, rows, counts, best, results)
+    if error:
+        out["error"] = {"type": "training", "message": error}
     out = {"status": status, "results": results, **out}
     say(f"{results['numTrials']} trial(s): {counts['completed']} ran to the end, {counts['early_stopped']} stopped "
         f"early, {counts['errored']} errored, {results['unfinishedTrials']} unfinished; {results['trialFailures']} failure(s) "
         f"retried or final; best {metric}={fmt(results.get('bestMetric'))} "
         f"({results.get('bestConfig')}); per-trial table {csv_path}")
     return out, code
+
+
+def _verdict(search: SearchState, rows: list[dict], counts: dict[str, int], best, results: dict) -> tuple[str, int, str]:
+    """The search's status, exit code and error message: stopped, every trial failed, no metric, partial (some
+    trials errored or unfinished: --resume continues) or success."""
+    if search.abort:
+        return "error", 1, f"the search was stopped: {search.abort}"
+    if not rows or counts["errored"] == len(rows):
+        first = next((r["error"] for r in rows if r["error"]), "no trial ran")
+        return "error", 1, f"all {len(rows)} trial(s) failed; first error: {first}"
+    if best is None:
+        return "error", 1, f"no trial reported {results['metric']}"
+    if results["interrupted"]:
+        say(f"experiment interrupted with {results['unfinishedTrials']} trial(s) unfinished: run again with "
+            "--resume to continue (finished trials are kept)")
+    if results["interrupted"] or counts["errored"]:
+        return "partial", 0, ""
+    return "success", 0, ""

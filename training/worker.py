@@ -77,7 +77,10 @@ class WorkerContext:
         self.local_rank: int = session.local_rank
         self.framework: str = job["framework"]
         self.total_epochs: int = job["epochs"]
-        self.batch_size: int = job["batchSize"]
+        # batchSize is the global batch of one step: each worker trains its share, so steps per epoch, the gradient
+        # (DDP / MWMS average over all workers) and the result do not depend on how many workers there are.
+        self.global_batch_size: int = job["batchSize"]
+        self.batch_size: int = max(1, job["batchSize"] // self.world_size)
         self.lr: float = job["lr"]
         self.seed: int = job["seed"]
         self.params: dict[str, Any] = job.get("params") or {}

@@ -71,7 +71,7 @@ def benchmark(e2e, bootstrapped, finished, tmp_path_factory):
                                    for t in ("head", "worker")}
             result = (FIXTURES / RESULTS[job]).read_text().strip()
             lines = ["2026-11-24 10:00:00,000\tINFO job_manager.py:531 -- Runtime env is setting up.",
-                     f"[bench-train] {job}: 1 epoch(s), data digits, per-worker batch 64",
+                     f"[bench-train] {job}: 1 epoch(s), data digits, global batch 64",
                      f"BENCH_RESULT {result}", f"Job '{submitter.metadata.name}' succeeded"]
             day_two.succeed(e2e, ENV, run, lines)
         record["rc"] = proc.wait(600)

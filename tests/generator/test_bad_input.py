@@ -112,3 +112,31 @@ def test_a_failure_in_one_environment_leaves_the_others_untouched(repo_copy):
     env = repo_copy / "environments" / "eks.yaml"
     edit(env, "      minReplicas: 0\n", "      minReplicas: -1\n")
     render_fails(repo_copy)  # all environments: eks fails, so minikube is not swapped either
+
+
+def test_a_bad_value_error_carries_its_parts(repo_copy):
+    """Callers read a bad value's key path, problem and apps from the error, not from its text; one value that
+    breaks several apps is one error naming them all."""
+    import pytest
+
+    from generator import apps, environments
+    from generator.errors import RenderErrors
+
+    env = repo_copy / "environments" / "minikube.yaml"
+    edit(env, "    workers:\n      replicas: 1\n", "    workers:\n      replicas: two\n")
+    edit(env, "    sizeLimit: 1Gi", "    sizeLimit: [1]")
+    with pytest.raises(RenderErrors) as info:
+        apps.compose(repo_copy, environments.load(repo_copy, "minikube"))
+    by_field = {e.fault.field: e for e in info.value.errors}
+    assert set(by_field) == {"cluster.workerGroups.workers.replicas", "cluster.shm.sizeLimit"}
+    replicas = by_field["cluster.workerGroups.workers.replicas"]
+    assert replicas.location.file.endswith("environments/minikube.yaml")
+    assert replicas.location.line == line_of(env, "replicas: two")
+    assert replicas.fault.problem == "'two' is not of type 'integer'" and replicas.fault.hint == " (expected: integer)"
+    assert replicas.fault.apps == (("ray-cluster", "ray-cluster"),)  # the jobs set their own replicas
+    assert str(replicas) == (f"environments/minikube.yaml:{replicas.location.line}: cluster.workerGroups.workers."
+                             "replicas: 'two' is not of type 'integer' in the values of app ray-cluster (ray-cluster) "
+                             "(expected: integer)")
+    shm = by_field["cluster.shm.sizeLimit"]  # the environment's cluster layer: the standing cluster and every job
+    assert ("ray-cluster", "ray-cluster") in shm.fault.apps and len(shm.fault.apps) > 1
+    assert all(f"{app} ({chart})" in str(shm) for app, chart in shm.fault.apps)

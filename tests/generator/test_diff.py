@@ -61,10 +61,10 @@ def test_text_format_for_terminals(two_trees):
 
 @pytest.fixture
 def git_repo(tmp_path):
-    """A git repository holding this project's generator, versions.yaml, charts, environments and (committed) apps/."""
+    """A git repository holding this project's generator (and schema_messages, which it imports), versions.yaml, charts, environments and (committed) apps/."""
     root = tmp_path / "gitrepo"
     root.mkdir()
-    for name in ("generator", "charts", "environments", "apps", "argocd", "health-checks"):
+    for name in ("generator", "schema_messages", "charts", "environments", "apps", "argocd", "health-checks"):
         shutil.copytree(REPO / name, root / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy2(REPO / "versions.yaml", root / "versions.yaml")  # the generator reads the pinned versions
     git = lambda *a: subprocess.run(["git", "-C", str(root), *a], check=True, capture_output=True)

@@ -16,17 +16,24 @@ def check_png(path):
 
 
 def test_bench_train_tiny(tmp_path, ray_address):
-    """Plain (1 and 2 threads) and Ray Train (1 and 2 workers), one tiny run each. The Ray runs join the session's
-    Ray instead of starting their own. PyTorch only: TensorFlow's two Ray runs would add ~50 s of start-up to the
-    suite (its path runs in every `make bench-train`)."""
+    """Plain (1 and 2 threads) and Ray Train (1 and 2 workers, and 2 workers warm), one tiny run each. The Ray runs
+    join the session's Ray instead of starting their own (the warm one through --warm-address, the path that joins
+    the warm Ray). PyTorch only: TensorFlow's Ray runs would add ~50 s of start-up to the suite (its path runs in
+    every `make bench-train`)."""
     from training.bench.train import main
 
     out = tmp_path / "bench-train"
-    assert main(["--tiny", "--frameworks", "pytorch", "--out", str(out), "--ray-address", ray_address]) == 0
+    assert main(["--tiny", "--frameworks", "pytorch", "--out", str(out), "--ray-address", ray_address,
+                 "--warm-address", ray_address]) == 0
     report = json.loads((out / "bench-train.json").read_text())
     assert report["benchmark"] == "bench-train" and report["settings"]["tiny"] is True
-    keys = {f"pytorch/{c}" for c in ("plain-1t", "plain-2t", "ray-1w", "ray-2w")}
+    keys = {f"pytorch/{c}" for c in ("plain-1t", "plain-2t", "ray-1w", "ray-2w", "ray-1w-warm", "ray-2w-warm")}
     assert set(report["configurations"]) == keys
+    assert report["warmRayAddress"] == ray_address
+    warm = report["comparison"]["pytorch"]["ray_2_workers_warm"]
+    assert warm["warm_ray"] is True and isinstance(warm["target_first_step_le_10s"], bool)
+    # The global batch: every configuration runs the same steps on the same samples, whatever its workers.
+    assert len({(a["global_batch"], a["samples_trained"]) for a in report["configurations"].values()}) == 1
     for agg in report["configurations"].values():
         assert agg["runs"] == 1
         assert agg["wall_s"] >= agg["startup_s"] > 0 and agg["steady_samples_per_s"] > 0
@@ -45,6 +52,7 @@ def test_bench_train_tiny(tmp_path, ray_address):
             assert "ray.init" in report["configurations"][f"{fw}/ray-{workers}w"]["startup_phases"]
     md = (out / "bench-train.md").read_text()
     assert "| framework | configuration |" in md and "Ray Train, 2 workers" in md and "Where the start-up goes" in md
+    assert "Ray Train, 2 workers, warm Ray" in md and "(less than 2 points)" in md and "(≤ 10 s)" in md
     check_png(out / "bench-train.png")
 
 

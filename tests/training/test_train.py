@@ -89,7 +89,8 @@ def test_tiny_cifar10_folder_through_a_uri(runner, tmp_path):
     code, result = runner.run(spec)
     assert code == 0, result.get("error")
     r = check_train_result(result, epochs=1)
-    assert r["history"][0]["samples"] == 80  # 5 batches x 16 rows, 40 per worker
+    # batchSize is the global batch: 2 workers x 4 rows a step, 10 steps for the 80 rows -- what 1 worker runs.
+    assert r["history"][0]["samples"] == 80 and r["history"][0]["steps"] == 10
 
 
 def test_cluster_mode(runner):

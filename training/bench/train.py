@@ -6,10 +6,15 @@ The same model (the built-in CNN of :mod:`training.models_torch` / :mod:`trainin
 * plain, single process, with 1 thread and with 2 threads (PyTorch: ``torch.set_num_threads``; TensorFlow:
   intra/inter-op threads) -- no Ray anywhere in the process;
 * with Ray Train on 1 worker and on 2 workers (TorchTrainer with DDP over gloo; TensorflowTrainer with
-  MultiWorkerMirroredStrategy), 1 CPU per worker: Ray pins each worker to one thread (``OMP_NUM_THREADS=1``).
+  MultiWorkerMirroredStrategy), 1 CPU per worker: Ray pins each worker to one thread (``OMP_NUM_THREADS=1``);
+  *cold*: each run starts its own local Ray, as a first ``make train`` does; *warm*: every run joins one Ray the
+  benchmark started once, as a RayJob's entrypoint joins its cluster (``ray-Nw-warm``; ``--no-warm`` leaves them
+  out, ``--warm-address`` joins a Ray that is already running).
 
-The per-worker batch is the same everywhere (2 workers train a global batch twice as large on half the data each,
-which is what data parallelism means). Each configuration runs in a fresh process, ``--repeats`` times
+The global batch is the same everywhere (``--batch-size``, the training spec's ``batchSize``): N workers train
+batch / N each on 1/N of the data, so every configuration runs the same number of optimizer steps on the same
+gradient (DDP and MWMS average over workers) -- a per-worker batch would give N workers N times fewer steps per
+epoch and a lower accuracy after the same epochs. Each configuration runs in a fresh process, ``--repeats`` times
 (interleaved, so that machine noise spreads over all of them), and the medians are reported:
 
 * ``wall_s``: process start -> trained model evaluated (everything a user waits for, cold start included);
@@ -34,6 +39,7 @@ import json
 import os
 import platform
 import re
+import select
 import statistics
 import subprocess
 import sys
@@ -85,6 +91,9 @@ def settings_from_args(args) -> dict[str, Any]:
         "frameworks": list(args.frameworks),
         "workers": list(args.workers),
         "threads": list(args.threads),
+        # Warm runs join one Ray: the one at --warm-address, else one started here -- not when --ray-address already
+        # makes every Ray run join a cluster.
+        "warm": bool(getattr(args, "warm", True)) and (not args.ray_address or bool(args.warm_address)),
     }
 
 
@@ -95,6 +104,10 @@ def plan(settings: dict[str, Any]) -> list[dict[str, Any]]:
             out.append({"key": f"{fw}/plain-{t}t", "framework": fw, "kind": "plain", "threads": t, "workers": 1})
         for w in settings["workers"]:
             out.append({"key": f"{fw}/ray-{w}w", "framework": fw, "kind": "ray", "threads": 1, "workers": w})
+        if settings.get("warm"):
+            for w in settings["workers"]:
+                out.append({"key": f"{fw}/ray-{w}w-warm", "framework": fw, "kind": "ray", "threads": 1, "workers": w,
+                            "warm": True})
     return out
 
 
@@ -116,7 +129,12 @@ def config_for(key: str) -> dict[str, Any]:
 def label(cfg: dict[str, Any]) -> str:
     if cfg["kind"] == "plain":
         return f"plain, {cfg['threads']} thread{'s' if cfg['threads'] > 1 else ''}"
-    return f"Ray Train, {cfg['workers']} worker{'s' if cfg['workers'] > 1 else ''}"
+    return f"Ray Train, {cfg['workers']} worker{'s' if cfg['workers'] > 1 else ''}" + (", warm Ray" if cfg.get("warm") else "")
+
+
+def comparison_key(cfg: dict[str, Any]) -> str:
+    """The key of a Ray configuration's block in the comparison: ray_1_worker, ray_2_workers, ray_2_workers_warm."""
+    return f"ray_{cfg['workers']}_worker{'s' if cfg['workers'] > 1 else ''}" + ("_warm" if cfg.get("warm") else "")
 
 
 # ---------------------------------------------------------------- timing helpers (shared by every loop)
@@ -164,7 +182,7 @@ def torch_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, wo
     x = torch.from_numpy(shard.x_train).permute(0, 3, 1, 2).contiguous()
     y = torch.from_numpy(shard.y_train)
     n = len(x)
-    bs = min(settings["batchSize"], n)
+    bs = min(max(1, settings["batchSize"] // world), n)  # this worker's share of the global batch
     steps = max(n // bs, 1)
     step_ends: list[float] = []
     loss_v = 0.0
@@ -253,7 +271,7 @@ def tf_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, world
                       metrics=[k.metrics.SparseCategoricalAccuracy(name="accuracy")])
     marks["modelReady"] = now()
     n = len(shard.x_train)
-    bs = min(settings["batchSize"], n)
+    bs = min(max(1, settings["batchSize"] // world), n)  # this worker's share of the global batch
     steps = max(n // bs, 1)
     n_val = len(shard.x_val)
     vbs = next((d for d in range(min(256, n_val), 0, -1) if n_val % d == 0), 1)
@@ -459,18 +477,24 @@ def measure(raw: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------- parent: run every configuration
 
-def run_child(cfg: dict[str, Any], settings: dict[str, Any], ray_address: str | None, log_path: Path,
-              timeout: float) -> dict[str, Any]:
+def child_env(threads: int | None = None) -> dict[str, str]:
+    """The environment of a run's process (and of the warm Ray): this checkout importable; for a plain run, thread
+    pools sized before the frameworks start them (set_num_threads alone leaves OpenMP at the core count)."""
     env = dict(os.environ)
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([repo] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    if cfg["kind"] == "plain":
-        # Thread pools sized before the frameworks start them (set_num_threads alone leaves OpenMP at the core count).
+    if threads is not None:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            env[var] = str(cfg["threads"])
+            env[var] = str(threads)
         env.pop("RAY_ADDRESS", None)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("TF_USE_LEGACY_KERAS", "1")
+    return env
+
+
+def run_child(cfg: dict[str, Any], settings: dict[str, Any], ray_address: str | None, log_path: Path,
+              timeout: float, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    env = child_env(cfg["threads"] if cfg["kind"] == "plain" else None) | (extra_env or {})
     payload = json.dumps({"config": cfg, "settings": settings, "rayAddress": ray_address})
     spawn = now()
     with open(log_path, "w", encoding="utf-8") as log:
@@ -481,6 +505,68 @@ def run_child(cfg: dict[str, Any], settings: dict[str, Any], ray_address: str | 
         tail = log_path.read_text(errors="replace")[-2000:]
         raise RuntimeError(f"{cfg['key']} failed (exit {proc.returncode}); log {log_path}:\n{tail}")
     return json.loads(line[len(RESULT_PREFIX):])
+
+
+WARM_PREFIX = "WARM_RAY_ADDRESS "
+
+
+def warm_host() -> int:
+    """The warm Ray's own process: start a local Ray, print its address, keep it until stdin closes."""
+    from training.env import apply_quiet_defaults
+
+    apply_quiet_defaults()
+    import ray
+
+    from training.cluster import export_import_path
+
+    export_import_path()
+    ray.init(address="local", include_dashboard=True, logging_level="WARNING")
+    # A local Ray turns token authentication on (RAY_AUTH_MODE=token in this process, the token in ~/.ray): a driver
+    # joining by address needs the same mode, so the runs get it with the address.
+    joining_env = {k: os.environ[k] for k in ("RAY_AUTH_MODE",) if k in os.environ}
+    print(WARM_PREFIX + json.dumps({"address": ray.get_runtime_context().gcs_address, "env": joining_env}), flush=True)
+    sys.stdin.read()
+    ray.shutdown()
+    return 0
+
+
+class WarmRay:
+    """One local Ray, started once in a process of its own, that every warm run joins (as a RayJob's entrypoint joins
+    its cluster); stopped when the benchmark ends, also when it fails. ``address`` given: join that one instead."""
+
+    def __init__(self, log_path: Path, address: str | None = None, timeout: float = 180):
+        self.log_path, self.address, self.timeout = log_path, address, timeout
+        self.env: dict[str, str] = {}  # what a driver joining it needs in its environment
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> WarmRay:
+        if self.address:
+            return self
+        log = open(self.log_path, "w", encoding="utf-8")  # noqa: SIM115 -- the child writes to it until __exit__
+        self.proc = subprocess.Popen([sys.executable, "-m", "training.bench.train", "--warm-host"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                                     env=child_env())
+        log.close()
+        ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line.startswith(WARM_PREFIX):
+            self.__exit__(None, None, None)
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the warm Ray did not start; log {self.log_path}:\n{tail}")
+        joined = json.loads(line[len(WARM_PREFIX):])
+        self.address, self.env = joined["address"], joined["env"]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc is None:
+            return
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
 
 
 def machine_info() -> dict[str, Any]:
@@ -515,6 +601,8 @@ def aggregate(runs: list[dict[str, Any]], configs: list[dict[str, Any]]) -> dict
             continue
         agg: dict[str, Any] = {"label": label(cfg), "framework": cfg["framework"], "kind": cfg["kind"],
                                "threads": cfg["threads"], "workers": cfg["workers"], "runs": len(mine),
+                               "warm": bool(cfg.get("warm")),
+                               "comparisonKey": comparison_key(cfg) if cfg["kind"] == "ray" else None,
                                "global_batch": mine[0]["global_batch"], "samples_trained": mine[0]["samples_trained"]}
         for f in fields:
             vals = [r[f] for r in mine if f in r]
@@ -544,18 +632,20 @@ def compare(agg: dict[str, dict[str, Any]], settings: dict[str, Any]) -> dict[st
         for t in settings["threads"]:
             if t != 1 and f"{fw}/plain-{t}t" in agg:
                 entry[f"baseline_{t}_threads"] = _seed_block("baseline", agg[f"{fw}/plain-{t}t"], settings)
-        for w in settings["workers"]:
-            ray_cfg = agg.get(f"{fw}/ray-{w}w")
-            if not ray_cfg:
-                continue
+        for ray_cfg in (a for k, a in agg.items() if k.startswith(fw + "/") and a["kind"] == "ray"):
+            w = ray_cfg["workers"]
             equal = agg.get(f"{fw}/plain-{w}t")
             block = _seed_block("ray_distributed", ray_cfg, settings)
             block["num_workers"] = w
+            block["warm_ray"] = ray_cfg.get("warm", False)
             block["speedup"] = round(base["wall_s"] / ray_cfg["wall_s"], 3)
             block["efficiency"] = round(block["speedup"] / w, 3)
             block["steady_speedup"] = round(ray_cfg["steady_samples_per_s"] / base["steady_samples_per_s"], 3)
             block["steady_efficiency"] = round(block["steady_speedup"] / w, 3)
             block["accuracy_difference"] = round(ray_cfg["val_accuracy"] - base["val_accuracy"], 4)
+            block["target_accuracy_within_2_points"] = abs(block["accuracy_difference"]) < 0.02
+            if block["warm_ray"]:
+                block["target_first_step_le_10s"] = ray_cfg["startup_s"] <= 10.0
             if equal:
                 block["equal_cpu_baseline"] = f"plain, {w} thread(s)"
                 block["steady_vs_equal_cpu_baseline"] = round(ray_cfg["steady_samples_per_s"] / equal["steady_samples_per_s"], 3)
@@ -563,7 +653,7 @@ def compare(agg: dict[str, dict[str, Any]], settings: dict[str, Any]) -> dict[st
                 block["accuracy_difference_vs_equal_cpu_baseline"] = round(ray_cfg["val_accuracy"] - equal["val_accuracy"], 4)
                 block["target_steady_ge_0.9x_equal_cpu"] = block["steady_vs_equal_cpu_baseline"] >= 0.9
             block["startup_extra_s"] = round(ray_cfg["startup_s"] - base["startup_s"], 3)
-            entry[f"ray_{w}_worker{'s' if w > 1 else ''}"] = block
+            entry[comparison_key(ray_cfg)] = block
         out[fw] = entry
     return out
 
@@ -589,12 +679,13 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.bench.train", description=__doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true", help="seconds-long run for tests: 256 samples, small CNN, 1 epoch, 1 repeat")
     p.add_argument("--repeats", type=int, help="runs per configuration (median reported); default 3 (--tiny: 1)")
     p.add_argument("--epochs", type=int, help="epochs per run (the first is warm-up); default 5 (--tiny: 1)")
-    p.add_argument("--batch-size", type=int, default=64, help="per-worker batch; default 64")
+    p.add_argument("--batch-size", type=int, default=64,
+                   help="global batch of one step (N workers train batch/N each), as the spec's batchSize; default 64")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--data", choices=["digits", "synthetic"], default="digits",
                    help="digits (1,437 train / 360 val, 8x8x1) or synthetic CIFAR-shaped tensors (32x32x3)")
@@ -608,15 +699,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder; default {DEFAULT_OUT}")
     p.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"),
                    help="join this Ray cluster for the Ray runs (default: $RAY_ADDRESS, else a local Ray per run)")
+    p.add_argument("--no-warm", dest="warm", action="store_false",
+                   help="leave out the warm runs (Ray Train joining one Ray started once by the benchmark)")
+    p.add_argument("--warm-address", metavar="ADDRESS",
+                   help="the warm runs join this Ray instead of one the benchmark starts")
     p.add_argument("--timeout", type=float, default=1800, help="seconds per run before giving up")
     p.add_argument("--only", metavar="KEY",
                    help="run this one configuration in this process (pytorch/plain-1t, pytorch/ray-2w, ...) and "
                         "print its raw result on a line starting with 'BENCH_RESULT ' (a cluster job of "
                         "make bench-cluster; the Ray runs join $RAY_ADDRESS, which a Ray job sets)")
     p.add_argument("--one", help=argparse.SUPPRESS)
+    p.add_argument("--warm-host", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--spawn", type=float, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser()
     args = p.parse_args(argv)
 
+    if args.warm_host:
+        return warm_host()
     if args.one:
         payload = json.loads(args.one)
         raw = run_one(payload["config"], payload["settings"], args.spawn or CHILD_START, payload.get("rayAddress"))
@@ -624,20 +727,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     if args.only:
-        try:
-            cfg = config_for(args.only)
-        except ValueError as exc:
-            p.error(str(exc))
-        settings = settings_from_args(args)
-        say(f"{cfg['key']}: {settings['epochs']} epoch(s), data {settings['data']['source']}, per-worker batch "
-            f"{settings['batchSize']}" + (f"; Ray at {args.ray_address}" if cfg["kind"] == "ray" and args.ray_address
-                                           else ""))
-        raw = run_one(cfg, settings, process_start_time() or CHILD_START,
-                      args.ray_address if cfg["kind"] == "ray" else None)
-        raw["settings"], raw["machine"] = settings, machine_info()
-        print(RESULT_PREFIX + json.dumps(raw), flush=True)
-        return 0
-
+        return run_only(args, p)
     bad = [f for f in args.frameworks if f not in FRAMEWORKS]
     if bad:
         p.error(f"unknown framework(s) {bad}; choose from {', '.join(FRAMEWORKS)}")
@@ -646,27 +736,20 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_from_args(args)
     configs = plan(settings)
     out = Path(args.out)
-    logs = out / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
     say(f"{len(configs)} configuration(s) x {settings['repeats']} repeat(s), {settings['epochs']} epoch(s), "
-        f"data {settings['data']['source']}, per-worker batch {settings['batchSize']}; Ray runs "
-        + (f"join {args.ray_address}" if args.ray_address else "start a local Ray each"))
+        f"data {settings['data']['source']}, global batch {settings['batchSize']}; cold Ray runs "
+        + (f"join {args.ray_address}" if args.ray_address else "start a local Ray each")
+        + ("; warm runs join " + (args.warm_address or "one Ray started once") if settings["warm"] else ""))
     t0 = now()
-    runs: list[dict[str, Any]] = []
-    raws: list[dict[str, Any]] = []
-    for rep in range(settings["repeats"]):
-        for cfg in configs:
-            log_path = logs / f"{cfg['key'].replace('/', '_')}-{rep + 1}.log"
-            raw = run_child(cfg, settings, args.ray_address, log_path, args.timeout)
-            m = measure(raw, settings)
-            m["repeat"] = rep + 1
-            runs.append(m)
-            raws.append({"key": cfg["key"], "repeat": rep + 1, "driver": raw["driver"],
-                         "workers": [{k: v for k, v in w.items() if k != "stepEnds"} | {"steps": len(w["stepEnds"])}
-                                     for w in raw["workers"]]})
-            say(f"[{rep + 1}/{settings['repeats']}] {cfg['key']:<22} wall {m['wall_s']:7.2f} s, first step after "
-                f"{m['startup_s']:6.2f} s, steady {m['steady_samples_per_s']:8.1f} samples/s, "
-                f"val acc {m['val_accuracy']:.3f}")
+    # The cold runs first, with no other Ray on the machine; then the warm Ray is started once for the warm runs.
+    runs, raws = run_plan([c for c in configs if not c.get("warm")], settings, args.ray_address, out / "logs",
+                          args.timeout)
+    warm_configs = [c for c in configs if c.get("warm")]
+    if warm_configs:
+        with WarmRay(out / "logs" / "warm-ray.log", args.warm_address) as warm:
+            more = run_plan(warm_configs, settings, warm.address, out / "logs", args.timeout, warm.env)
+        runs, raws = runs + more[0], raws + more[1]
     agg = aggregate(runs, configs)
     report = {
         "benchmark": "bench-train",
@@ -674,6 +757,7 @@ def main(argv: list[str] | None = None) -> int:
         "durationSeconds": round(now() - t0, 1),
         "machine": machine_info(),
         "rayAddress": args.ray_address or "local (one per Ray run)",
+        "warmRayAddress": (args.warm_address or "local (one for every warm run)") if warm_configs else None,
         "settings": settings,
         "definitions": DEFINITIONS,
         "configurations": agg,
@@ -687,6 +771,43 @@ def main(argv: list[str] | None = None) -> int:
     say(f"done in {report['durationSeconds']:.0f} s: " + ", ".join(str(p) for p in paths))
     return 0
 
+
+def run_only(args, p: argparse.ArgumentParser) -> int:
+    """``--only KEY``: one configuration in this process, its raw result printed (a job of make bench-cluster)."""
+    try:
+        cfg = config_for(args.only)
+    except ValueError as exc:
+        p.error(str(exc))
+    settings = settings_from_args(args) | {"warm": False}  # one configuration: no warm runs
+    say(f"{cfg['key']}: {settings['epochs']} epoch(s), data {settings['data']['source']}, global batch "
+        f"{settings['batchSize']}" + (f"; Ray at {args.ray_address}" if cfg["kind"] == "ray" and args.ray_address
+                                      else ""))
+    raw = run_one(cfg, settings, process_start_time() or CHILD_START,
+                  args.ray_address if cfg["kind"] == "ray" else None)
+    raw["settings"], raw["machine"] = settings, machine_info()
+    print(RESULT_PREFIX + json.dumps(raw), flush=True)
+    return 0
+
+
+def run_plan(configs: list[dict[str, Any]], settings: dict[str, Any], ray_address: str | None, logs: Path,
+             timeout: float, extra_env: dict[str, str] | None = None) -> tuple[list[dict], list[dict]]:
+    """Every configuration ``repeats`` times, interleaved; each run in a fresh process. Per-run figures and raw marks."""
+    runs: list[dict[str, Any]] = []
+    raws: list[dict[str, Any]] = []
+    for rep in range(settings["repeats"]):
+        for cfg in configs:
+            log_path = logs / f"{cfg['key'].replace('/', '_')}-{rep + 1}.log"
+            raw = run_child(cfg, settings, ray_address if cfg["kind"] == "ray" else None, log_path, timeout, extra_env)
+            m = measure(raw, settings)
+            m["repeat"] = rep + 1
+            runs.append(m)
+            raws.append({"key": cfg["key"], "repeat": rep + 1, "driver": raw["driver"],
+                         "workers": [{k: v for k, v in w.items() if k != "stepEnds"} | {"steps": len(w["stepEnds"])}
+                                     for w in raw["workers"]]})
+            say(f"[{rep + 1}/{settings['repeats']}] {cfg['key']:<22} wall {m['wall_s']:7.2f} s, first step after "
+                f"{m['startup_s']:6.2f} s, steady {m['steady_samples_per_s']:8.1f} samples/s, "
+                f"val acc {m['val_accuracy']:.3f}")
+    return runs, raws
 
 if __name__ == "__main__":
     sys.exit(main())
