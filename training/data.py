@@ -174,6 +174,12 @@ def _synthetic_shard(cfg: Mapping[str, Any], seed: int, rank: int, world: int):
 
 # ---------------------------------------------------------------- public API
 
+def batch_share(global_batch: int, world_size: int) -> int:
+    """One worker's batch when ``world_size`` workers train a global batch together (at least 1): with equal
+    shards every worker then runs as many steps per epoch as one worker would with all the data."""
+    return max(1, global_batch // world_size)
+
+
 def load_shard(cfg: Mapping[str, Any], rank: int = 0, world_size: int = 1, seed: int = 42) -> Shard:
     """The shard of ``rank`` among ``world_size`` workers for the data block ``cfg`` of a normalized job."""
     source = cfg.get("source", "digits")

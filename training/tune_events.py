@@ -158,25 +158,19 @@ class Progress(_Callback):
             os.kill(os.getpid(), signal.SIGUSR1)  # Tune's own "interrupted" path, as on Ctrl+C
 
     def on_trial_recover(self, iteration, trials, trial, **info):
-        state = self._state()
-        if state is None:
-            return
-        msg = _first_error_line(trial)
-        say(f"trial {trial.trial_id} failed ({msg[:200]}); retrying from its latest checkpoint")
-        state.journal.add("recover", trial, message=msg)
-        self._fatal(state, msg)
+        self._failed(trial, "recover", lambda msg: f"failed ({msg[:200]}); retrying from its latest checkpoint")
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        self._failed(trial, "error", lambda msg: f"failed for good: {msg}")
+
+    def _failed(self, trial, event: str, says) -> None:
+        """A trial failure on stderr and in the journal; one every trial would repeat stops the search."""
         state = self._state()
         if state is None:
             return
         msg = _first_error_line(trial)
-        say(f"trial {trial.trial_id} failed for good: {msg}")
-        state.journal.add("error", trial, message=msg)
-        self._fatal(state, msg)
-
-    @staticmethod
-    def _fatal(state: SearchState, msg: str) -> None:
+        say(f"trial {trial.trial_id} {says(msg)}")
+        state.journal.add(event, trial, message=msg)
         if "MetricNotReported" in msg and state.abort is None:
             # Every trial of this trainer would fail the same way: stop the search rather than retry.
             state.abort = msg

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from training import checkpointing, faults, preflight
+from training.data import batch_share
 from training.env import TF_WORKER_ENV
 from training.errors import CheckpointError
 from training.faults import NO_HOOKS, TestHooks
@@ -80,7 +81,7 @@ class WorkerContext:
         # batchSize is the global batch of one step: each worker trains its share, so steps per epoch, the gradient
         # (DDP / MWMS average over all workers) and the result do not depend on how many workers there are.
         self.global_batch_size: int = job["batchSize"]
-        self.batch_size: int = max(1, job["batchSize"] // self.world_size)
+        self.batch_size: int = batch_share(job["batchSize"], self.world_size)
         self.lr: float = job["lr"]
         self.seed: int = job["seed"]
         self.params: dict[str, Any] = job.get("params") or {}

@@ -30,10 +30,11 @@ def pointer_to_path(pointer: str) -> str:
 def _describe(error: jsonschema.ValidationError) -> list[SchemaIssue]:
     issues = []
     for leaf in leaves(error):
-        if leaf.validator == "additionalProperties" and leaf.validator_value is False and unknown_keys(leaf):
+        extra = unknown_keys(leaf) if leaf.validator == "additionalProperties" and leaf.validator_value is False else []
+        if extra:
             path = list(leaf.absolute_path)
             issues += [SchemaIssue(format_path(path + [k]), "unknown field (the schema does not declare it; strict "
-                                                             "validation rejects it)") for k in unknown_keys(leaf)]
+                                                             "validation rejects it)") for k in extra]
         else:
             issues.append(SchemaIssue(format_path(error_field(leaf)), explain(leaf)))
     return issues

@@ -93,7 +93,7 @@ def settings_from_args(args) -> dict[str, Any]:
         "threads": list(args.threads),
         # Warm runs join one Ray: the one at --warm-address, else one started here -- not when --ray-address already
         # makes every Ray run join a cluster.
-        "warm": bool(getattr(args, "warm", True)) and (not args.ray_address or bool(args.warm_address)),
+        "warm": args.warm and (not args.ray_address or bool(args.warm_address)),
     }
 
 
@@ -167,6 +167,7 @@ def torch_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, wo
     import torch
     import torch.nn.functional as F
 
+    from training.data import batch_share
     from training.models_torch import build_cnn
 
     marks: dict[str, float] = {}
@@ -182,7 +183,7 @@ def torch_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, wo
     x = torch.from_numpy(shard.x_train).permute(0, 3, 1, 2).contiguous()
     y = torch.from_numpy(shard.y_train)
     n = len(x)
-    bs = min(max(1, settings["batchSize"] // world), n)  # this worker's share of the global batch
+    bs = min(batch_share(settings["batchSize"], world), n)
     steps = max(n // bs, 1)
     step_ends: list[float] = []
     loss_v = 0.0
@@ -250,6 +251,7 @@ def tf_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, world
     marks: dict[str, float] = {}
     import tensorflow as tf
 
+    from training.data import batch_share
     from training.models_tf import build_cnn, keras
 
     k = keras()
@@ -271,7 +273,7 @@ def tf_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, world
                       metrics=[k.metrics.SparseCategoricalAccuracy(name="accuracy")])
     marks["modelReady"] = now()
     n = len(shard.x_train)
-    bs = min(max(1, settings["batchSize"] // world), n)  # this worker's share of the global batch
+    bs = min(batch_share(settings["batchSize"], world), n)
     steps = max(n // bs, 1)
     n_val = len(shard.x_val)
     vbs = next((d for d in range(min(256, n_val), 0, -1) if n_val % d == 0), 1)
