@@ -9,8 +9,8 @@ image is one of the operators, this module also runs that container's process th
 - env from the container spec (values, the downward API, ConfigMap and Secret keys);
 - in a private mount namespace: the service-account token (a TokenRequest for the pod's service account, so the
   operator has exactly the RBAC its manifests grant), `ca.crt` and `namespace` at
-  /var/run/secrets/kubernetes.io/serviceaccount, and the pod's secret / configMap / emptyDir volumes at their
-  mount paths (secrets re-projected every few seconds, as the kubelet syncs them: the training-operator's
+  /var/run/secrets/kubernetes.io/serviceaccount, and the pod's secret / configMap / downwardAPI / emptyDir volumes
+  at their mount paths (secrets re-projected every few seconds, as the kubelet syncs them: the training-operator's
   certificate rotator depends on it); KUBERNETES_SERVICE_HOST/PORT point at the API server;
 - a container port another component dials (the training-operator's webhook on 9443) is routed through the API
   server's egress proxy (e2e.egress) from the Service that targets it, and the process reaches Services by DNS
@@ -225,7 +225,8 @@ class OperatorPods:
             if mount.mount_path == SA_DIR:
                 continue
             volume = volumes.get(mount.name)
-            kind = "secret" if volume and volume.secret else "configmap" if volume and volume.config_map else "dir"
+            kind = ("secret" if volume and volume.secret else "configmap" if volume and volume.config_map
+                    else "downward" if volume and volume.downward_api else "dir")
             mounts.append({"path": mount.mount_path, "host": str(root / "volumes" / mount.name), "kind": kind,
                            "volume": volume})
         for m in mounts:
@@ -248,6 +249,10 @@ class OperatorPods:
                 _write_atomic(host / "token", token.encode())
                 _write_atomic(host / "ca.crt", self.ca_file.read_bytes())
                 _write_atomic(host / "namespace", namespace.encode())
+            elif m["kind"] == "downward":  # the pod's own fields as files (the training-operator's template)
+                for item in m["volume"].downward_api.items or []:
+                    if item.field_ref:
+                        _write_atomic(host / item.path, _field(pod, item.field_ref.field_path).encode())
             elif m["kind"] in ("secret", "configmap"):
                 volume = m["volume"]
                 try:
@@ -279,7 +284,14 @@ class OperatorPods:
         return out
 
 
+FIELD_KEY = re.compile(r"^metadata\.(annotations|labels)\['([^']+)'\]$")
+
+
 def _field(pod, path: str) -> str:
+    keyed = FIELD_KEY.match(path)
+    if keyed:
+        kind, key = keyed.groups()
+        return str((getattr(pod.metadata, kind) or {}).get(key, ""))
     values = {"metadata.name": pod.metadata.name, "metadata.namespace": pod.metadata.namespace,
               "metadata.uid": pod.metadata.uid, "spec.nodeName": pod.spec.node_name,
               "spec.serviceAccountName": pod.spec.service_account_name, "status.podIP": pod.status.pod_ip,

@@ -80,22 +80,7 @@ class Run:
         etcd_url = controlplane.start_etcd(self.sup, bins, self.run_dir)
         stages = kwok_stages.write(self.run_dir / "kwok-stages.yaml")
         for index, (env, context, _server) in enumerate(envs):
-            self.step(f"starting the {env} control plane (kube-apiserver, controller-manager, scheduler, kwok)")
-            cluster = controlplane.Cluster(env, context, self.run_dir / env, index)
-            routes = ServiceRoutes(lambda c=cluster: _list_services(c))
-            cluster.directory.mkdir(parents=True, exist_ok=True)
-            proxy = ConnectProxy(env, cluster.egress_port, cluster.egress_socket, routes.resolve, self.log)
-            proxy.start()
-            self.proxies.append(proxy)
-            cluster.routes = routes
-            cluster.prepare()
-            cluster.start(self.sup, bins, etcd_url, stages)
-            kube.apply(cluster.kubeconfig, context, yaml.safe_dump_all(nodes.manifests(env)))
-            ray_api = RayJobAPI(env, kube.api_client(cluster.kubeconfig, context), self.log)
-            ray_api.start()
-            routes.fallback = ray_api.route
-            self.servers.append(ray_api)
-            self.clusters[env] = cluster
+            self.clusters[env] = self._start_cluster(index, env, context, bins, etcd_url, stages)
         kubeconfig = controlplane.write_kubeconfig(
             self.run_dir / "kubeconfig",
             {c.context: (c.server, c.ca.pair.cert, c.admin) for c in self.clusters.values()})
@@ -118,15 +103,7 @@ class Run:
         argocd.install(upstream_dir() / f"argo-cd-{versions.pinned().argocd}" / "manifests" / "install.yaml")
         argocd.start(self.sup, bins)
 
-        self.step("starting the operator pods' kubelet and the storage provisioner stand-in")
-        for env, cluster in self.clusters.items():
-            api = kube.api_client(cluster.kubeconfig, cluster.context)
-            self.loops += [OperatorPods(env, api, cluster.apiserver_port, cluster.ca.pair.cert, cluster.directory,
-                                        self.sup, bins, cluster.routes, self.log, cluster.egress_port),
-                           storage.Provisioner(env, api, self.log)]
-        for loop in self.loops:
-            loop.start()
-
+        self._start_kubelets(bins)
         state.write(self.run_dir, status="ready", progress="ready", kubeconfig=str(kubeconfig),
                     management=management.env,
                     clusters={env: {"context": c.context, "server": c.server, "kubeconfig": str(c.kubeconfig),
@@ -137,6 +114,36 @@ class Run:
                     logs=str(self.run_dir / "logs"), notifications=str(self.receiver.record),
                     components=components.describe())
         self.log("[up] ready")
+
+    def _start_cluster(self, index: int, env: str, context: str, bins: dict, etcd_url: str,
+                       stages) -> controlplane.Cluster:
+        """One environment's control plane with its fake nodes, its egress proxy and its Ray job API stand-in."""
+        self.step(f"starting the {env} control plane (kube-apiserver, controller-manager, scheduler, kwok)")
+        cluster = controlplane.Cluster(env, context, self.run_dir / env, index)
+        routes = ServiceRoutes(lambda c=cluster: _list_services(c))
+        cluster.directory.mkdir(parents=True, exist_ok=True)
+        proxy = ConnectProxy(env, cluster.egress_port, cluster.egress_socket, routes.resolve, self.log)
+        proxy.start()
+        self.proxies.append(proxy)
+        cluster.routes = routes
+        cluster.prepare()
+        cluster.start(self.sup, bins, etcd_url, stages)
+        kube.apply(cluster.kubeconfig, context, yaml.safe_dump_all(nodes.manifests(env)))
+        ray_api = RayJobAPI(env, kube.api_client(cluster.kubeconfig, context), self.log)
+        ray_api.start()
+        routes.fallback = ray_api.route
+        self.servers.append(ray_api)
+        return cluster
+
+    def _start_kubelets(self, bins: dict) -> None:
+        self.step("starting the operator pods' kubelet and the storage provisioner stand-in")
+        for env, cluster in self.clusters.items():
+            api = kube.api_client(cluster.kubeconfig, cluster.context)
+            self.loops += [OperatorPods(env, api, cluster.apiserver_port, cluster.ca.pair.cert, cluster.directory,
+                                        self.sup, bins, cluster.routes, self.log, cluster.egress_port),
+                           storage.Provisioner(env, api, self.log)]
+        for loop in self.loops:
+            loop.start()
 
     def _world(self, bins: dict, envs) -> world.World:
         the_world = world.World()

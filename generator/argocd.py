@@ -227,6 +227,35 @@ def apps_applicationset(env: Environment, repo_url: str, revision: str, autoscal
     }
 
 
+PYTORCH_INIT_CONTAINER = Path(__file__).resolve().parent / "operator_config" / "pytorch-init-container.yaml"
+INIT_TEMPLATE_ANNOTATION = "ray-gitops/pytorch-init-container"
+INIT_TEMPLATE_DIR = "/etc/config"  # where the operator looks (kubeflow/trainer v1.9.4 pkg/config/config.go:31)
+
+
+def pytorch_init_container_patch() -> dict:
+    """A kustomize patch of the upstream training-operator Deployment that hands the operator our hardened
+    init-container template (operator_config/pytorch-init-container.yaml) at /etc/config/initContainer.yaml.
+    The template rides in a pod-template annotation, projected as a file by a downwardAPI volume: no extra object
+    to order before the operator, and a changed template changes the pod template, so the operator (which reads
+    the file once, at start) is rolled and picks it up."""
+    template = "".join(line for line in PYTORCH_INIT_CONTAINER.read_text().splitlines(keepends=True)
+                       if not line.startswith("#"))
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "training-operator"},
+        "spec": {"template": {
+            "metadata": {"annotations": {INIT_TEMPLATE_ANNOTATION: template}},
+            "spec": {
+                "containers": [{"name": "training-operator", "volumeMounts": [
+                    {"name": "pytorch-init-container", "mountPath": INIT_TEMPLATE_DIR, "readOnly": True}]}],
+                "volumes": [{"name": "pytorch-init-container", "downwardAPI": {"items": [
+                    {"path": "initContainer.yaml",
+                     "fieldRef": {"fieldPath": f"metadata.annotations['{INIT_TEMPLATE_ANNOTATION}']"}}]}}],
+            }}},
+    }
+    return {"target": {"kind": "Deployment", "name": "training-operator"},
+            "patch": manifests.dump(deployment, "")}
+
+
 # The operators each environment's cluster gets, in the root's waves: CRDs (server-side) first, then the operators.
 OPERATORS = [
     {"name": "kuberay-crds", "wave": -12, "namespace": KUBERAY_NAMESPACE,
@@ -237,8 +266,15 @@ OPERATORS = [
                 "helm": {"skipCrds": True}}},  # kuberay-crds installs them
     {"name": "training-operator", "wave": -11, "namespace": TRAINING_OPERATOR_NAMESPACE,
      "source": {"repoURL": TRAINING_OPERATOR_GIT_REPO, "targetRevision": TRAINING_OPERATOR_VERSION,
-                "path": "manifests/overlays/standalone"}},
+                "path": "manifests/overlays/standalone"},
+     "patches": (pytorch_init_container_patch,)},
 ]
+
+def _operator_source(op: dict) -> dict:
+    source = dict(op["source"])
+    if op.get("patches"):
+        source["kustomize"] = {"patches": [patch() for patch in op["patches"]]}
+    return source
 
 
 def operator_applications(env: Environment) -> list[dict]:
@@ -251,7 +287,7 @@ def operator_applications(env: Environment) -> list[dict]:
                          "annotations": {"argocd.argoproj.io/sync-wave": str(op["wave"]), **COMPARE_OPTIONS}},
             "spec": {
                 "project": env.name,
-                "source": dict(op["source"]),
+                "source": _operator_source(op),
                 "destination": {"server": env.doc["target"]["server"], "namespace": op["namespace"]},
                 "syncPolicy": sync_policy(env),
             },

@@ -132,69 +132,106 @@ def classify(evidence: list[tuple[str, str]]) -> list[Finding]:
     return findings
 
 
-def evidence_of(clients: Clients, target: Target, run: jobs_mod.Run, log_lines: int = 200) -> list[tuple[str, str]]:
-    core = clients.core(target.context)
-    evidence = []
-    status = run.status
+Evidence = list[tuple[str, str]]  # (where it was seen, the line)
+
+
+def _run_status_evidence(run: jobs_mod.Run) -> Evidence:
+    status, evidence = run.status, []
     if status.get("reason") or status.get("message"):
         evidence.append((f"{run.kind} {run.name}", f"{status.get('reason', '')}: {status.get('message', '')}"))
     for cond in status.get("conditions") or []:
         if cond.get("message") and cond.get("status") == "True":
             evidence.append((f"{run.kind} {run.name}", f"{cond.get('type')} ({cond.get('reason', '')}): "
                                                       f"{cond['message']}"))
-    pods = [p for pods in run.pods.values() for p in pods]
-    names = {run.name, status.get("rayClusterName") or ""} | {p.metadata.name for p in pods}
-    claim = ((target.doc.get("cluster") or {}).get("checkpoints") or {}).get("claimName")
-    if ((target.doc.get("cluster") or {}).get("checkpoints") or {}).get("enabled") and claim:
-        names.add(claim)
+    return evidence
+
+
+def _claim_evidence(core, target: Target) -> tuple[str | None, Evidence]:
+    """The checkpoint claim's name while it is not Bound (its events are evidence then) and a line saying so.
+    A Bound claim's events are history: the PV controller's "Error saving claim: Operation cannot be fulfilled"
+    (a write conflict it retries) stays as a ProvisioningFailed event after the claim bound, and is not why a job
+    failed."""
+    checkpoints = (target.doc.get("cluster") or {}).get("checkpoints") or {}
+    claim = checkpoints.get("claimName")
+    if not (checkpoints.get("enabled") and claim):
+        return None, []
+    try:
+        phase = core.read_namespaced_persistent_volume_claim(claim, target.namespace).status.phase
+    except Exception:  # noqa: BLE001 - a missing claim is evidence too
+        phase = "Missing"
+    if phase == "Bound":
+        return None, []
+    return claim, [(f"PersistentVolumeClaim {claim}", f"claim {claim} is {phase}")]
+
+
+def _ray_cluster_evidence(clients: Clients, target: Target, cluster: str) -> Evidence:
+    try:
+        obj = clients.custom(target.context).get_namespaced_custom_object("ray.io", "v1", target.namespace,
+                                                                          "rayclusters", cluster)
+    except Exception:  # noqa: BLE001 - a cluster already deleted (the job ended) has nothing to add
+        obj = {}
+    return [(f"RayCluster {cluster} condition {cond.get('type')}", f"{cond.get('reason', '')}: {cond['message']}")
+            for cond in (obj.get("status") or {}).get("conditions") or []
+            if cond.get("message") and cond.get("reason") not in ("HeadPodRunningAndReady",
+                                                                  "AllPodRunningAndReadyFirstTime")]
+
+
+def _pod_state_evidence(pod) -> Evidence:
+    evidence = []
+    for cond in pod.status.conditions or []:
+        if cond.type == "PodScheduled" and cond.status == "False" and cond.message:
+            evidence.append((f"pod {pod.metadata.name} not scheduled", f"{cond.reason}: {cond.message}"))
+    for cs in (pod.status.container_statuses or []) + (pod.status.init_container_statuses or []):
+        for label, state in (("state", cs.state), ("last state", cs.last_state)):
+            if state is None:
+                continue
+            if state.waiting and state.waiting.reason:
+                evidence.append((f"pod {pod.metadata.name} {label}",
+                                 f"{cs.name} waiting: {state.waiting.reason}: {state.waiting.message or ''}"))
+            if state.terminated and (state.terminated.exit_code or state.terminated.reason not in (None, "Completed")):
+                t = state.terminated
+                evidence.append((f"pod {pod.metadata.name} {label}",
+                                 f"{cs.name} terminated: {t.reason} exit code {t.exit_code}"
+                                 + (f": {t.message}" if t.message else "")))
+    return evidence
+
+
+def _pod_log_evidence(core, target: Target, pod, log_lines: int) -> Evidence:
+    if (pod.status.phase or "Pending") == "Pending":
+        return []
+    evidence = []
+    for container in pod.spec.containers:
         try:
-            phase = core.read_namespaced_persistent_volume_claim(claim, target.namespace).status.phase
-        except Exception:  # noqa: BLE001 - a missing claim is evidence too
-            phase = "Missing"
-        if phase != "Bound":
-            evidence.append((f"PersistentVolumeClaim {claim}", f"claim {claim} is {phase}"))
+            text = core.read_namespaced_pod_log(pod.metadata.name, target.namespace, container=container.name,
+                                                tail_lines=log_lines, _request_timeout=20)
+        except Exception:  # noqa: BLE001 - logs may be gone with the pod; the rest is still evidence
+            continue
+        evidence += [(f"log {pod.metadata.name}/{container.name}", line) for line in text.splitlines()
+                     if line.strip()]
+    return evidence
+
+
+def evidence_of(clients: Clients, target: Target, run: jobs_mod.Run, log_lines: int = 200) -> Evidence:
+    """Everything that may say why a run failed: its status, the claim, the events of its objects, its Ray
+    cluster's conditions, its pods' states, then their logs (in this order: the classes match the first line)."""
+    core = clients.core(target.context)
+    evidence = _run_status_evidence(run)
+    pods = [p for pods in run.pods.values() for p in pods]
+    names = {run.name, run.status.get("rayClusterName") or ""} | {p.metadata.name for p in pods}
+    claim, claim_evidence = _claim_evidence(core, target)
+    if claim:
+        names.add(claim)
+    evidence += claim_evidence
     for event in core.list_namespaced_event(target.namespace).items:
         obj = event.involved_object.name or ""
         if obj in names or obj.startswith(run.name):
             evidence.append((f"event on {event.involved_object.kind}/{obj}", f"{event.reason}: {event.message or ''}"))
-    cluster = status.get("rayClusterName")
-    if cluster:
-        try:
-            obj = clients.custom(target.context).get_namespaced_custom_object("ray.io", "v1", target.namespace,
-                                                                              "rayclusters", cluster)
-        except Exception:  # noqa: BLE001 - a cluster already deleted (the job ended) has nothing to add
-            obj = {}
-        for cond in (obj.get("status") or {}).get("conditions") or []:
-            if cond.get("message") and cond.get("reason") not in ("HeadPodRunningAndReady", "AllPodRunningAndReadyFirstTime"):
-                evidence.append((f"RayCluster {cluster} condition {cond.get('type')}",
-                                 f"{cond.get('reason', '')}: {cond['message']}"))
+    if run.status.get("rayClusterName"):
+        evidence += _ray_cluster_evidence(clients, target, run.status["rayClusterName"])
     for pod in pods:
-        for cond in pod.status.conditions or []:
-            if cond.type == "PodScheduled" and cond.status == "False" and cond.message:
-                evidence.append((f"pod {pod.metadata.name} not scheduled", f"{cond.reason}: {cond.message}"))
-        for cs in (pod.status.container_statuses or []) + (pod.status.init_container_statuses or []):
-            for label, state in (("state", cs.state), ("last state", cs.last_state)):
-                if state is None:
-                    continue
-                if state.waiting and state.waiting.reason:
-                    evidence.append((f"pod {pod.metadata.name} {label}",
-                                     f"{cs.name} waiting: {state.waiting.reason}: {state.waiting.message or ''}"))
-                if state.terminated and (state.terminated.exit_code or state.terminated.reason not in (None, "Completed")):
-                    t = state.terminated
-                    evidence.append((f"pod {pod.metadata.name} {label}",
-                                     f"{cs.name} terminated: {t.reason} exit code {t.exit_code}"
-                                     + (f": {t.message}" if t.message else "")))
+        evidence += _pod_state_evidence(pod)
     for pod in pods:
-        if (pod.status.phase or "Pending") == "Pending":
-            continue
-        for container in pod.spec.containers:
-            try:
-                text = core.read_namespaced_pod_log(pod.metadata.name, target.namespace, container=container.name,
-                                                    tail_lines=log_lines, _request_timeout=20)
-            except Exception:  # noqa: BLE001 - logs may be gone with the pod; the rest is still evidence
-                continue
-            evidence += [(f"log {pod.metadata.name}/{container.name}", line) for line in text.splitlines()
-                         if line.strip()]
+        evidence += _pod_log_evidence(core, target, pod, log_lines)
     return evidence
 
 

@@ -424,6 +424,66 @@ def _ingress_backends(spec: dict) -> Iterator[tuple[list, dict]]:
                 yield ["spec", "rules", r, "http", "paths", p, "backend"], item["backend"]
 
 
+# Where Ray and Python must be able to write: Ray's session directory is /tmp/ray (its sockets, logs and spilled
+# objects; `ray start` fails without it), Python's tempfile and torch.compile use $TMPDIR or /tmp.
+SCRATCH_PATHS = ("/tmp", "/tmp/ray")
+WRITABLE_VOLUMES = ("emptyDir", "ephemeral", "persistentVolumeClaim", "hostPath", "csi")
+
+
+def _pod_of(doc: Any, c: Container) -> dict:
+    pod: Any = doc
+    for key in c.path[:-2]:  # [..., "containers", i] -> the pod spec
+        pod = pod[key]
+    return pod
+
+
+def _pod_volumes(doc: Any, c: Container) -> dict[str, dict]:
+    return {v.get("name"): v for v in _pod_of(doc, c).get("volumes") or [] if isinstance(v, dict)}
+
+
+def _scratch_problem(doc: Any, c: Container) -> str | None:
+    env = _env(c.container)
+    wanted = [str(env["TMPDIR"])] if env.get("TMPDIR") else list(SCRATCH_PATHS)
+    volumes = _pod_volumes(doc, c)
+    for mount in c.container.get("volumeMounts") or []:
+        if not isinstance(mount, dict) or str(mount.get("mountPath", "")).rstrip("/") not in wanted:
+            continue
+        volume = volumes.get(mount.get("name"), {})
+        if mount.get("readOnly"):
+            return f"its mount at {mount['mountPath']} is readOnly"
+        if not any(kind in volume for kind in WRITABLE_VOLUMES):
+            return (f"its mount at {mount['mountPath']} is volume {mount.get('name')!r}, which is not a writable "
+                    f"kind ({', '.join(WRITABLE_VOLUMES)})")
+        return None
+    return f"nothing writable is mounted at {' or '.join(wanted)}"
+
+
+def _runs_the_pods_software(doc: Any, c: Container) -> bool:
+    """A pod's containers, and its init containers that run one of their images (KubeRay's wait-gcs-ready runs
+    `ray health-check` in the Ray image). An init container of another image (the training-operator's init-pytorch:
+    nslookup in alpine) is not Ray or Python: it needs no /tmp."""
+    if not c.init:
+        return True
+    pod = _pod_of(doc, c)
+    return c.container.get("image") in {x.get("image") for x in pod.get("containers") or [] if isinstance(x, dict)}
+
+
+def rule_readonly_root_scratch(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    for m in manifests:
+        for c in iter_containers(m.doc):
+            context = c.container.get("securityContext")
+            if not (isinstance(context, dict) and context.get("readOnlyRootFilesystem") is True):
+                continue
+            if not _runs_the_pods_software(m.doc, c):
+                continue
+            problem = _scratch_problem(m.doc, c)
+            if problem:
+                yield _v("readonly-root-scratch", m, c.path + ["securityContext", "readOnlyRootFilesystem"],
+                         f"{c.label} has a read-only root filesystem but {problem}: Ray writes its session directory "
+                         f"to /tmp/ray and Python its temporary files to /tmp, so the container fails at start; "
+                         f"mount an emptyDir there (the charts' scratch.enabled)")
+
+
 RULES: dict[str, Rule] = {rule.name: rule for rule in (
     Rule("resources-required", "every container and init container has CPU and memory requests and limits",
          rule_resources_required),
@@ -442,6 +502,10 @@ RULES: dict[str, Rule] = {rule.name: rule for rule in (
     Rule("dashboard-not-exposed", "the Ray dashboard (8265) is not reachable from outside the cluster (a Service, "
                                   "an Ingress or Route, a NetworkPolicy ipBlock) unless the environment sets "
                                   "exposeDashboard: true", rule_dashboard_not_exposed),
+    Rule("readonly-root-scratch", "a container with a read-only root filesystem has a writable volume at /tmp "
+                                  "(or $TMPDIR): Ray's session directory and Python's temporary files (init "
+                                  "containers of another image than the pod's are not Ray: not checked)",
+         rule_readonly_root_scratch),
     Rule("network-policy", "the pods of every Ray cluster (RayCluster, a RayJob's cluster) and of every PyTorchJob "
                            "are selected by a NetworkPolicy of their namespace", rule_network_policy),
 )}

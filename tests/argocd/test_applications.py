@@ -136,8 +136,9 @@ def test_operators_are_pinned_applications_the_root_orders_before_the_apps(env):
     assert src["kuberay-operator"]["targetRevision"] == "1.7.0" and src["kuberay-operator"]["chart"] == "kuberay-operator"
     assert src["kuberay-operator"]["helm"] == {"skipCrds": True}
     assert src["kuberay-crds"]["targetRevision"] == "v1.7.0"
-    assert src["training-operator"] == {"repoURL": "https://github.com/kubeflow/trainer.git", "targetRevision": "v1.9.4",
-                                        "path": "manifests/overlays/standalone"}
+    assert {k: v for k, v in src["training-operator"].items() if k != "kustomize"} == {
+        "repoURL": "https://github.com/kubeflow/trainer.git", "targetRevision": "v1.9.4",
+        "path": "manifests/overlays/standalone"}
     wave = lambda doc: int(doc["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"])
     doc = environments.load(REPO, env).doc
     for app in apps.values():
@@ -200,3 +201,38 @@ def test_a_remote_cluster_without_its_ca_is_refused_at_the_line_that_names_it(re
     assert "environments/staging.yaml:3: target.server: a remote cluster needs target.caData" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert {p: p.read_text() for p in (repo_copy / "argocd").rglob("*.yaml")} == before
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_the_training_operator_gets_our_hardened_init_container_template(env):
+    """The operator Application patches the upstream Deployment: our template (comments aside) rides in a pod-template
+    annotation and is projected to /etc/config/initContainer.yaml, the file the operator reads at start
+    (kubeflow/trainer v1.9.4 pkg/config/config.go:31). Filled in as the operator fills it, it is one init container
+    that Pod Security "restricted" admits. (The e2e shows the real operator using it.)"""
+    import re
+
+    app = load(MANAGED / f"application-{env}-training-operator.yaml")
+    [patch] = app["spec"]["source"]["kustomize"]["patches"]
+    assert patch["target"] == {"kind": "Deployment", "name": "training-operator"}
+    deployment = yaml.safe_load(patch["patch"])
+    pod = deployment["spec"]["template"]
+    annotation = "ray-gitops/pytorch-init-container"
+    template = pod["metadata"]["annotations"][annotation]
+    source = (REPO / "generator" / "operator_config" / "pytorch-init-container.yaml").read_text()
+    assert template == "".join(line for line in source.splitlines(keepends=True) if not line.startswith("#"))
+    [container] = pod["spec"]["containers"]
+    assert container["name"] == "training-operator"
+    assert container["volumeMounts"] == [{"name": "pytorch-init-container", "mountPath": "/etc/config",
+                                          "readOnly": True}]
+    [volume] = pod["spec"]["volumes"]
+    assert volume["downwardAPI"]["items"] == [{
+        "path": "initContainer.yaml", "fieldRef": {"fieldPath": f"metadata.annotations['{annotation}']"}}]
+    assert set(re.findall(r"{{\s*\.(\w+)\s*}}", template)) == {"InitContainerImage", "MaxTries", "MasterAddr"}
+    filled = (template.replace("{{.InitContainerImage}}", "alpine:3.10").replace("{{.MaxTries}}", "100")
+              .replace("{{.MasterAddr}}", "job-master-0"))
+    [init] = yaml.safe_load(filled)
+    assert init["name"] == "init-pytorch" and "nslookup job-master-0" in init["command"][-1]
+    context = init["securityContext"]
+    assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
+    assert context["runAsNonRoot"] is True and context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert context["readOnlyRootFilesystem"] is True

@@ -5,6 +5,7 @@ generator composes it), so the test says "what the environment says", not a copy
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -269,3 +270,31 @@ def test_each_ray_cluster_network_policy_selects_exactly_its_pods(e2e, bootstrap
         assert pods and selected == pods, (name, sorted(selected), sorted(pods))
     ray_pods = {p.metadata.name for p in e2e.pods(env, "ray.io/node-type")}
     assert ray_pods <= set().union(*expected.values()), sorted(ray_pods - set().union(*expected.values()))
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_every_operator_made_container_has_a_read_only_root_with_scratch(e2e, bootstrapped, env):
+    """Every container of every pod the operators made (Ray containers, KubeRay's wait-gcs-ready init container and
+    autoscaler sidecar, the submitters, torchrun masters and workers, and the training-operator's init-pytorch,
+    built from our template that Argo CD's kustomize patch hands the operator) runs with a read-only root, and each
+    has a writable /tmp: our readonly-root-scratch rule, run on the live pods instead of our templates."""
+    from validation import EnvFacts, check_documents
+    from validation.manifests import Manifest
+
+    pods = _placed(e2e, env)
+    serialize = e2e.core(env).api_client.sanitize_for_serialization
+    docs = [{"apiVersion": "v1", "kind": "Pod", **serialize(p)} for p in pods]
+    writable = [f"{d['metadata']['name']}/{c['name']}" for d in docs
+                for c in (d["spec"].get("initContainers") or []) + d["spec"]["containers"]
+                if not (c.get("securityContext") or {}).get("readOnlyRootFilesystem")]
+    assert writable == [], writable
+    facts = EnvFacts(env, "1.34.0", gpu_nodes=True, dashboard_exposure_allowed=False, efa_nodes=None)  # unused
+    found = check_documents([Manifest(Path(d["metadata"]["name"]), doc=d) for d in docs], facts,
+                            ["readonly-root-scratch"])
+    assert found == [], [str(v) for v in found]
+    init_pytorch = [c for d in docs for c in d["spec"].get("initContainers") or [] if c["name"] == "init-pytorch"]
+    if any(doc["kind"] == "PyTorchJob" and (doc["spec"]["pytorchReplicaSpecs"].get("Worker") or {}).get("replicas")
+           for app_dir in sorted((e2e.work / "apps" / env).iterdir()) for doc in e2e.rendered(env, app_dir.name)):
+        assert init_pytorch, f"{env}: no PyTorchJob worker carries the training-operator's init container"
+    for c in init_pytorch:
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, c  # ours, not the operator's built-in

@@ -37,20 +37,25 @@ def test_the_operators_pods_pass_checkov_or_are_accepted_with_a_reason(e2e, scan
 
 
 def test_a_pod_that_breaks_a_check_nobody_accepted_fails_the_scan(e2e, scanned):
-    """eks enforces baseline: a pod without the restricted hardening is admitted there, and checkov fails it
-    (seccomp, capabilities, privilege escalation) by name."""
-    env = next(e for e in ENVS if (((e2e.env_doc(e).get("platform") or {}).get("values") or {})
-                                   .get("podSecurity") or {}).get("enforce") == "baseline")
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "e2e-unhardened", "labels": {"app": "debug"}},
-            "spec": {"containers": [{"name": "shell", "image": "localhost/ray-training:0.1.0-cpu",
+    """A pod that Pod Security "restricted" admits (non-root, seccomp, no escalation, every capability dropped) but
+    whose root filesystem is writable fails checkov's CKV_K8S_22, which nobody accepts any more, by name."""
+    env = ENVS[0]
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "e2e-writable-root", "labels": {"app": "debug"}},
+            "spec": {"securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
+                                         "seccompProfile": {"type": "RuntimeDefault"}},
+                     "automountServiceAccountToken": False,
+                     "containers": [{"name": "shell", "image": "localhost/ray-training:0.1.0-cpu",
+                                     "securityContext": {"allowPrivilegeEscalation": False,
+                                                         "capabilities": {"drop": ["ALL"]}},
                                      "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
                                                    "limits": {"cpu": "10m", "memory": "16Mi"}}}]}}
     e2e.core(env).create_namespaced_pod(e2e.namespace(env), body)
     try:
         proc = e2e.ops("scan", "--env", env, timeout=600)
     finally:
-        e2e.core(env).delete_namespaced_pod("e2e-unhardened", e2e.namespace(env), grace_period_seconds=0)
+        e2e.core(env).delete_namespaced_pod("e2e-writable-root", e2e.namespace(env), grace_period_seconds=0)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    failed = re.findall(r"^FAILED (CKV\S+) .* -- pod e2e-unhardened \(other\)$", proc.stdout, re.M)
-    assert {"CKV_K8S_31", "CKV_K8S_28", "CKV_K8S_20"} <= set(failed), proc.stdout
-    assert not re.search(r"^FAILED .* -- pod (?!e2e-unhardened)", proc.stdout, re.M), proc.stdout
+    failed = re.findall(r"^FAILED (CKV\S+) .* -- pod e2e-writable-root \(other\)$", proc.stdout, re.M)
+    assert "CKV_K8S_22" in failed, proc.stdout
+    assert not {"CKV_K8S_31", "CKV_K8S_28", "CKV_K8S_20"} & set(failed), proc.stdout  # its hardening counts
+    assert not re.search(r"^FAILED .* -- pod (?!e2e-writable-root)", proc.stdout, re.M), proc.stdout

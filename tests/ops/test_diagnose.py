@@ -63,3 +63,39 @@ def test_an_unknown_failure_says_so_and_shows_the_last_lines():
 def test_a_succeeded_run_has_nothing_to_diagnose():
     text = diagnose.render(diagnose.Diagnosis("job", "job-0a1b2c3d", "Complete/SUCCEEDED", succeeded=True))
     assert text == "job: run job-0a1b2c3d is Complete/SUCCEEDED; it succeeded, nothing to diagnose"
+
+
+def _evidence_with_claim(phase: str) -> list[tuple[str, str]]:
+    """evidence_of on a failed RayJob whose namespace holds a ProvisioningFailed event on the checkpoint claim (the
+    PV controller's write conflict, which it retries) and whose claim is now `phase`."""
+    from types import SimpleNamespace as NS
+
+    from ops.jobs import Run
+    from ops.targets import Target
+
+    def event(kind, name, reason, message):
+        return NS(involved_object=NS(kind=kind, name=name), reason=reason, message=message)
+
+    events = [event("PersistentVolumeClaim", "fsx-claim", "ProvisioningFailed",
+                    'Error saving claim: Operation cannot be fulfilled on persistentvolumeclaims "fsx-claim": the '
+                    "object has been modified; please apply your changes to the latest version and try again")]
+    core = NS(read_namespaced_persistent_volume_claim=lambda name, ns: NS(status=NS(phase=phase)),
+              list_namespaced_event=lambda ns: NS(items=events))
+    clients = NS(core=lambda ctx: core, custom=lambda ctx: NS(get_namespaced_custom_object=lambda *a: {}))
+    target = Target("eks", "eks", "ray-training", "eks", "argocd", None,
+                    {"cluster": {"checkpoints": {"enabled": True, "claimName": "fsx-claim"}}})
+    run = Run("eks", "cifar10-torch", "RayJob", "cifar10-torch-1",
+              {"status": {"jobDeploymentStatus": "Failed", "reason": "AppFailed", "message": "exit code 1"}})
+    return diagnose.evidence_of(clients, target, run)
+
+
+def test_a_bound_claims_old_provisioning_event_is_not_evidence():
+    """Seen in the e2e: the claim bound after a retried conflict, and `make watch` refused to retry an NCCL timeout
+    because the stale event matched claim-not-bound."""
+    bound = _evidence_with_claim("Bound")
+    assert not any("fsx-claim" in source or "fsx-claim" in line for source, line in bound), bound
+    assert "claim-not-bound" not in {f.failure.name for f in diagnose.classify(bound)}
+    pending = _evidence_with_claim("Pending")
+    assert ("PersistentVolumeClaim fsx-claim", "claim fsx-claim is Pending") in pending
+    assert any(line.startswith("ProvisioningFailed: Error saving claim") for _, line in pending), pending
+    assert "claim-not-bound" in {f.failure.name for f in diagnose.classify(pending)}

@@ -296,3 +296,22 @@ def test_env_facts_from_environment_file(tmp_path):
     assert EnvFacts.from_environment_file(bare) == EnvFacts("bare", "1.33.0", False, False, False)
     composed = {"kubernetesVersion": "1.34.0", "capabilities": {"gpu": False, "efa": False}, "exposeDashboard": True}
     assert EnvFacts.from_mapping(composed, "minikube") == EnvFacts("minikube", "1.34.0", False, True, False)
+
+
+def test_readonly_root_scratch():
+    violations = check_policies(POLICY / "readonly-root-scratch", CPU_ENV)
+    where = "template.spec.containers[0].securityContext.readOnlyRootFilesystem"
+    assert _found(violations) == [
+        ("readonly-root-scratch", "raycluster-readonly-no-scratch.yaml", f"spec.headGroupSpec.{where}"),
+        ("readonly-root-scratch", "raycluster-readonly-no-scratch.yaml",
+         "spec.headGroupSpec.template.spec.initContainers[2].securityContext.readOnlyRootFilesystem"),
+        ("readonly-root-scratch", "raycluster-readonly-no-scratch.yaml", f"spec.workerGroupSpecs[0].{where}"),
+        ("readonly-root-scratch", "raycluster-readonly-no-scratch.yaml", f"spec.workerGroupSpecs[1].{where}"),
+        ("readonly-root-scratch", "raycluster-readonly-no-scratch.yaml", f"spec.workerGroupSpecs[2].{where}"),
+    ]
+    messages = sorted(v.message for v in violations)
+    assert any("'ray-head' has a read-only root filesystem but nothing writable is mounted at /tmp or /tmp/ray"
+               in m for m in messages), messages
+    assert any("its mount at /tmp is readOnly" in m for m in messages), messages
+    assert any("its mount at /tmp/ is volume 'settings', which is not a writable kind" in m for m in messages)
+    assert any("nothing writable is mounted at /scratch" in m for m in messages), messages

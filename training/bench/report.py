@@ -40,58 +40,25 @@ def _order(settings: dict[str, Any]) -> list[str]:
     return [f"plain-{t}t" for t in settings["threads"]] + [f"ray-{w}w" for w in settings["workers"]] + warm
 
 
-def train_markdown(report: dict[str, Any]) -> str:
-    s = report["settings"]
-    m = report["machine"]
-    agg = report["configurations"]
-    comp = report["comparison"]
-    lines = [
-        f"# {report.get('title') or 'bench-train: plain vs Ray Train'}",
-        "",
-        f"{m.get('cpus')} CPUs, {m.get('memoryGiB', '?')} GiB, load average at the end {m.get('loadAverage')}; "
-        f"torch {m.get('torch')}, tensorflow {m.get('tensorflow')}, ray {m.get('ray')}. "
-        f"Data {s['data']['source']}, CNN filters {s['model']['filters']} dense {s['model']['dense']}, "
-        f"{s['epochs']} epoch(s) (the first is warm-up), global batch {s['batchSize']} (split over the workers), "
-        f"median of {s['repeats']} run(s) per configuration{' (tiny mode)' if s['tiny'] else ''}.",
-        "",
-        "| framework | configuration | CPUs | wall s | first step s | steps s | idle tail s | steady samples/s | "
-        "speedup (wall) | efficiency | steady speedup | steady vs equal-CPU plain | val acc | Δ acc vs baseline |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for fw in s["frameworks"]:
-        base = agg.get(f"{fw}/plain-1t")
-        for suffix in _order(s):
-            a = agg.get(f"{fw}/{suffix}")
-            if not a:
-                continue
-            cpus = a["threads"] if a["kind"] == "plain" else a["workers"]
-            if a["kind"] == "ray":
-                c = comp.get(fw, {}).get(a.get("comparisonKey", ""), {})
-                cells = [_f(c.get("speedup"), 2, "x"), _f(c.get("efficiency"), 2), _f(c.get("steady_speedup"), 2, "x"),
-                         _f(c.get("steady_vs_equal_cpu_baseline"), 2, "x"), _f(a["val_accuracy"], 3),
-                         _f(c.get("accuracy_difference"), 3)]
-            else:
-                sp = base["wall_s"] / a["wall_s"] if base else None
-                ssp = a["steady_samples_per_s"] / base["steady_samples_per_s"] if base else None
-                cells = [_f(sp, 2, "x"), _f(sp / a["threads"] if sp else None, 2), _f(ssp, 2, "x"), "—",
-                         _f(a["val_accuracy"], 3), _f(a["val_accuracy"] - base["val_accuracy"] if base else None, 3)]
-            lines.append(f"| {fw} | {a['label']} | {cpus} | {_f(a['wall_s'], 1)} | {_f(a['startup_s'], 1)} | "
-                         f"{_f(a.get('train_s'), 1)} | {_f(a.get('fit_tail_s'), 1)} | "
-                         f"{_f(a['steady_samples_per_s'], 0)} | " + " | ".join(cells) + " |")
-    lines += ["", "Baseline = plain, 1 thread. Wall = process start to evaluated model; first step = process start "
-              "to the end of the first training step; steps = first to last step; idle tail = after the last step "
-              "until the training call returned. Speedup = baseline wall time / wall time; efficiency = speedup / "
-              "workers (threads for plain); steady = samples/s after the first epoch; equal-CPU = against the plain "
-              "run with as many threads as Ray workers (target ≥ 0.9x).", ""]
-    lines += ["## Where the start-up goes (seconds to the first step, medians)", ""]
-    for fw in s["frameworks"]:
-        for suffix in _order(s):
-            a = agg.get(f"{fw}/{suffix}")
-            if not a:
-                continue
-            parts = ", ".join(f"{k} {_f(v, 1)}" for k, v in a["startup_phases"].items())
-            lines.append(f"* {fw}, {a['label']}: **{_f(a['startup_s'], 1)} s** = {parts}")
-    lines += ["", "## Targets", ""]
+def _train_row(fw: str, a: dict[str, Any], base: dict[str, Any] | None, comp: dict[str, Any]) -> str:
+    cpus = a["threads"] if a["kind"] == "plain" else a["workers"]
+    if a["kind"] == "ray":
+        c = comp.get(fw, {}).get(a.get("comparisonKey", ""), {})
+        cells = [_f(c.get("speedup"), 2, "x"), _f(c.get("efficiency"), 2), _f(c.get("steady_speedup"), 2, "x"),
+                 _f(c.get("steady_vs_equal_cpu_baseline"), 2, "x"), _f(a["val_accuracy"], 3),
+                 _f(c.get("accuracy_difference"), 3)]
+    else:
+        sp = base["wall_s"] / a["wall_s"] if base else None
+        ssp = a["steady_samples_per_s"] / base["steady_samples_per_s"] if base else None
+        cells = [_f(sp, 2, "x"), _f(sp / a["threads"] if sp else None, 2), _f(ssp, 2, "x"), "—",
+                 _f(a["val_accuracy"], 3), _f(a["val_accuracy"] - base["val_accuracy"] if base else None, 3)]
+    return (f"| {fw} | {a['label']} | {cpus} | {_f(a['wall_s'], 1)} | {_f(a['startup_s'], 1)} | "
+            f"{_f(a.get('train_s'), 1)} | {_f(a.get('fit_tail_s'), 1)} | "
+            f"{_f(a['steady_samples_per_s'], 0)} | " + " | ".join(cells) + " |")
+
+
+def _train_targets(comp: dict[str, Any]) -> list[str]:
+    lines = []
     for fw, c in comp.items():
         for key, block in c.items():
             if not key.startswith("ray_"):
@@ -108,6 +75,38 @@ def train_markdown(report: dict[str, Any]) -> str:
                 ok = block["target_first_step_le_10s"]
                 lines.append(f"* {who}: first step after {_f(block['time_to_first_step_seconds'], 1)} s -> "
                              f"{'met' if ok else 'NOT met'} (≤ 10 s)")
+    return lines
+
+
+def train_markdown(report: dict[str, Any]) -> str:
+    s = report["settings"]
+    m = report["machine"]
+    agg = report["configurations"]
+    lines = [
+        f"# {report.get('title') or 'bench-train: plain vs Ray Train'}",
+        "",
+        f"{m.get('cpus')} CPUs, {m.get('memoryGiB', '?')} GiB, load average at the end {m.get('loadAverage')}; "
+        f"torch {m.get('torch')}, tensorflow {m.get('tensorflow')}, ray {m.get('ray')}. "
+        f"Data {s['data']['source']}, CNN filters {s['model']['filters']} dense {s['model']['dense']}, "
+        f"{s['epochs']} epoch(s) (the first is warm-up), global batch {s['batchSize']} (split over the workers), "
+        f"median of {s['repeats']} run(s) per configuration{' (tiny mode)' if s['tiny'] else ''}.",
+        "",
+        "| framework | configuration | CPUs | wall s | first step s | steps s | idle tail s | steady samples/s | "
+        "speedup (wall) | efficiency | steady speedup | steady vs equal-CPU plain | val acc | Δ acc vs baseline |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    present = [(fw, agg[f"{fw}/{suffix}"]) for fw in s["frameworks"] for suffix in _order(s) if agg.get(f"{fw}/{suffix}")]
+    lines += [_train_row(fw, a, agg.get(f"{fw}/plain-1t"), report["comparison"]) for fw, a in present]
+    lines += ["", "Baseline = plain, 1 thread. Wall = process start to evaluated model; first step = process start "
+              "to the end of the first training step; steps = first to last step; idle tail = after the last step "
+              "until the training call returned. Speedup = baseline wall time / wall time; efficiency = speedup / "
+              "workers (threads for plain); steady = samples/s after the first epoch; equal-CPU = against the plain "
+              "run with as many threads as Ray workers (target ≥ 0.9x).", ""]
+    lines += ["## Where the start-up goes (seconds to the first step, medians)", ""]
+    for fw, a in present:
+        parts = ", ".join(f"{k} {_f(v, 1)}" for k, v in a["startup_phases"].items())
+        lines.append(f"* {fw}, {a['label']}: **{_f(a['startup_s'], 1)} s** = {parts}")
+    lines += ["", "## Targets", "", *_train_targets(report["comparison"])]
     return "\n".join(lines) + "\n"
 
 

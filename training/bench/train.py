@@ -242,6 +242,25 @@ def _ray_torch_worker(config: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- TensorFlow: one loop for plain and Ray
 
+def _tf_datasets(tf, strategy, shard, bs: int, seed: int, distributed: bool):
+    """The training dataset (shuffled, repeated, batches of bs) and the validation one (the largest batch <= 256 that
+    divides it), distributed by the strategy when it is; and the validation steps."""
+    n, n_val = len(shard.x_train), len(shard.x_val)
+    vbs = next((d for d in range(min(256, n_val), 0, -1) if n_val % d == 0), 1)
+
+    def train_fn(_ctx=None):
+        ds = tf.data.Dataset.from_tensor_slices((shard.x_train, shard.y_train))
+        return ds.shuffle(n, seed=seed).repeat().batch(bs, drop_remainder=True).prefetch(2)
+
+    def val_fn(_ctx=None):
+        return tf.data.Dataset.from_tensor_slices((shard.x_val, shard.y_val)).batch(vbs, drop_remainder=True)
+
+    if distributed:
+        return (strategy.distribute_datasets_from_function(train_fn),
+                strategy.distribute_datasets_from_function(val_fn), max(n_val // vbs, 1))
+    return train_fn(), val_fn(), max(n_val // vbs, 1)
+
+
 def tf_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, world: int = 1,
              distributed: bool = False) -> dict[str, Any]:
     from training.env import TF_WORKER_ENV
@@ -272,26 +291,9 @@ def tf_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, world
                       loss=k.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=[k.metrics.SparseCategoricalAccuracy(name="accuracy")])
     marks["modelReady"] = now()
-    n = len(shard.x_train)
-    bs = min(batch_share(settings["batchSize"], world), n)
-    steps = max(n // bs, 1)
-    n_val = len(shard.x_val)
-    vbs = next((d for d in range(min(256, n_val), 0, -1) if n_val % d == 0), 1)
-    vsteps = max(n_val // vbs, 1)
-
-    def train_fn(_ctx=None):
-        ds = tf.data.Dataset.from_tensor_slices((shard.x_train, shard.y_train))
-        ds = ds.shuffle(n, seed=settings["seed"] + rank).repeat()
-        return ds.batch(bs, drop_remainder=True).prefetch(2)
-
-    def val_fn(_ctx=None):
-        return tf.data.Dataset.from_tensor_slices((shard.x_val, shard.y_val)).batch(vbs, drop_remainder=True)
-
-    if distributed:
-        train_ds = strategy.distribute_datasets_from_function(train_fn)
-        val_ds = strategy.distribute_datasets_from_function(val_fn)
-    else:
-        train_ds, val_ds = train_fn(), val_fn()
+    bs = min(batch_share(settings["batchSize"], world), len(shard.x_train))
+    steps = max(len(shard.x_train) // bs, 1)
+    train_ds, val_ds, vsteps = _tf_datasets(tf, strategy, shard, bs, settings["seed"] + rank, distributed)
     step_ends: list[float] = []
 
     class Steps(k.callbacks.Callback):
@@ -326,28 +328,49 @@ def _ray_tf_worker(config: dict[str, Any]) -> None:
 
 # ---------------------------------------------------------------- one configuration, in this (child) process
 
-def run_one(cfg: dict[str, Any], settings: dict[str, Any], spawn: float, ray_address: str | None) -> dict[str, Any]:
-    marks: dict[str, float] = {"spawn": spawn, "childStart": CHILD_START}
-    if cfg["kind"] == "plain":
-        if cfg["framework"] == "pytorch":
-            import torch  # noqa: F401
-        from training.data import load_shard
+def _run_plain(cfg: dict[str, Any], settings: dict[str, Any], marks: dict[str, float]) -> dict[str, Any]:
+    if cfg["framework"] == "pytorch":
+        import torch  # noqa: F401
+    from training.data import load_shard
 
-        marks["imported"] = now()
-        shard = load_shard(_data_cfg(settings), 0, 1, settings["seed"])
-        marks["dataDone"] = now()
-        if cfg["framework"] == "pytorch":
-            res = torch_train(settings, shard, cfg["threads"])
-        else:
-            res = tf_train(settings, shard, cfg["threads"])
-        res["marks"].update(marks)
-        return {"config": cfg, "workers": [res], "driver": marks}
+    marks["imported"] = now()
+    shard = load_shard(_data_cfg(settings), 0, 1, settings["seed"])
+    marks["dataDone"] = now()
+    if cfg["framework"] == "pytorch":
+        res = torch_train(settings, shard, cfg["threads"])
+    else:
+        res = tf_train(settings, shard, cfg["threads"])
+    res["marks"].update(marks)
+    return {"config": cfg, "workers": [res], "driver": marks}
 
-    from training.env import TF_WORKER_ENV, apply_quiet_defaults
+
+def _ray_trainer(cfg: dict[str, Any], loop_config: dict[str, Any], store: str):
+    import ray.train
+
+    from training.env import TF_WORKER_ENV
+
+    scaling = ray.train.ScalingConfig(num_workers=cfg["workers"], resources_per_worker={"CPU": 1})
+    run_config = ray.train.RunConfig(name=f"bench-{cfg['key'].replace('/', '-')}", storage_path=store,
+                                     worker_runtime_env={"env_vars": dict(TF_WORKER_ENV)}
+                                     if cfg["framework"] == "tensorflow" else None)
+    if cfg["framework"] == "pytorch":
+        from ray.train.torch import TorchTrainer
+
+        return TorchTrainer(_ray_torch_worker, train_loop_config=loop_config, scaling_config=scaling,
+                            run_config=run_config)
+    from ray.train.tensorflow import TensorflowTrainer
+
+    return TensorflowTrainer(_ray_tf_worker, train_loop_config=loop_config, scaling_config=scaling,
+                             run_config=run_config)
+
+
+def _run_ray(cfg: dict[str, Any], settings: dict[str, Any], marks: dict[str, float],
+             ray_address: str | None) -> dict[str, Any]:
+    from training.env import apply_quiet_defaults
 
     apply_quiet_defaults()
     import ray
-    import ray.train
+    import ray.train  # noqa: F401  (imported before the mark: part of "python + ray imports")
     from ray.util.queue import Queue
 
     from training.cluster import export_import_path
@@ -363,22 +386,8 @@ def run_one(cfg: dict[str, Any], settings: dict[str, Any], spawn: float, ray_add
             started = True
     marks["rayInit"] = now()
     queue = Queue(actor_options={"num_cpus": 0})
-    scaling = ray.train.ScalingConfig(num_workers=cfg["workers"], resources_per_worker={"CPU": 1})
     store = tempfile.mkdtemp(prefix="bench-train-")
-    run_config = ray.train.RunConfig(name=f"bench-{cfg['key'].replace('/', '-')}", storage_path=store,
-                                     worker_runtime_env={"env_vars": dict(TF_WORKER_ENV)}
-                                     if cfg["framework"] == "tensorflow" else None)
-    loop_config = {"settings": settings, "queue": queue}
-    if cfg["framework"] == "pytorch":
-        from ray.train.torch import TorchTrainer
-
-        trainer = TorchTrainer(_ray_torch_worker, train_loop_config=loop_config, scaling_config=scaling,
-                               run_config=run_config)
-    else:
-        from ray.train.tensorflow import TensorflowTrainer
-
-        trainer = TensorflowTrainer(_ray_tf_worker, train_loop_config=loop_config, scaling_config=scaling,
-                                    run_config=run_config)
+    trainer = _ray_trainer(cfg, {"settings": settings, "queue": queue}, store)
     marks["fitCall"] = now()
     trainer.fit()
     marks["fitDone"] = now()
@@ -392,10 +401,68 @@ def run_one(cfg: dict[str, Any], settings: dict[str, Any], spawn: float, ray_add
     return {"config": cfg, "workers": workers, "driver": marks, "rayClusterCpus": cluster_cpus}
 
 
+def run_one(cfg: dict[str, Any], settings: dict[str, Any], spawn: float, ray_address: str | None) -> dict[str, Any]:
+    marks: dict[str, float] = {"spawn": spawn, "childStart": CHILD_START}
+    if cfg["kind"] == "plain":
+        return _run_plain(cfg, settings, marks)
+    return _run_ray(cfg, settings, marks, ray_address)
+
+
 CHILD_START = now()
 
 
 # ---------------------------------------------------------------- metrics of one run
+
+def _steady_throughput(ws: list[dict], settings: dict[str, Any], global_batch: int, first_step: float) -> float:
+    """Samples per second after the first epoch (or the first fifth of the steps), over every worker."""
+    w0 = ws[0]
+    steps = len(w0["stepEnds"])
+    if steps <= 1:
+        return global_batch / max(first_step - w0["marks"]["modelReady"], 1e-9)
+    warm = w0["stepsPerEpoch"] if settings["epochs"] >= 2 else max(1, steps // 5)
+    warm = min(warm, steps - 1)
+    t_start = max(w["stepEnds"][warm - 1] if warm else w["stepEnds"][0] for w in ws)
+    t_end = max(w["stepEnds"][-1] for w in ws)
+    window_steps = steps - warm if warm else steps - 1
+    return window_steps * global_batch / max(t_end - t_start, 1e-9)
+
+
+def _plain_phases(w0: dict, spawn: float, first_step: float) -> dict[str, float]:
+    m = w0["marks"]
+    phases = {"python + imports": m["imported"] - spawn,
+              "data (incl. scikit-learn import)": m["dataDone"] - m["imported"]}
+    if "tfImported" in m:
+        phases["TensorFlow import + setup"] = m["strategyReady"] - m["dataDone"]
+        phases["model"] = m["modelReady"] - m["strategyReady"]
+    else:
+        phases["model"] = m["modelReady"] - m["dataDone"]
+    phases["first step"] = first_step - m["modelReady"]
+    return phases
+
+
+def _ray_phases(d: dict, ws: list[dict], spawn: float, first_step: float) -> dict[str, float]:
+    enter = max(w["marks"]["loopEnter"] for w in ws)
+    data_done = max(w["marks"]["dataDone"] for w in ws)
+    phases = {"python + ray imports": d["imported"] - spawn, "ray.init": d["rayInit"] - d["imported"],
+              "trainer setup (result queue actor, trainer import)": d["fitCall"] - d["rayInit"]}
+    starts = [w["marks"].get("processStart") for w in ws]
+    if all(starts) and all(d["fitCall"] <= s <= enter for s in starts):
+        last_start = max(starts)
+        phases["fit -> worker processes started"] = last_start - d["fitCall"]
+        phases["worker init + backend (process group / TF_CONFIG)"] = enter - last_start
+    else:
+        phases["fit -> workers ready (incl. process group / TF_CONFIG)"] = enter - d["fitCall"]
+    phases["data (incl. scikit-learn import)"] = data_done - enter
+    ready = max(w["marks"]["modelReady"] for w in ws)
+    if "tfImported" in ws[0]["marks"]:
+        tf_ready = max(w["marks"]["strategyReady"] for w in ws)
+        phases["TensorFlow import + MWMS strategy"] = tf_ready - data_done
+        phases["model"] = ready - tf_ready
+    else:
+        phases["model + prepare_model (DDP)"] = ready - data_done
+    phases["first step"] = first_step - ready
+    return phases
+
 
 def measure(raw: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """Per-run figures from the raw marks of the driver and of each worker."""
@@ -408,18 +475,7 @@ def measure(raw: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     eval_done = max(w["marks"]["evalDone"] for w in ws)
     end = d.get("fitDone", eval_done)
     steps = len(w0["stepEnds"])
-    per_epoch = w0["stepsPerEpoch"]
-    warm = per_epoch if settings["epochs"] >= 2 else max(1, steps // 5)
-    warm = min(warm, steps - 1) if steps > 1 else 0
     global_batch = w0["batchSize"] * len(ws)
-    if steps > 1:
-        t_start = max(w["stepEnds"][warm - 1] if warm else w["stepEnds"][0] for w in ws)
-        t_end = max(w["stepEnds"][-1] for w in ws)
-        window_steps = steps - warm if warm else steps - 1
-        steady = window_steps * global_batch / max(t_end - t_start, 1e-9)
-    else:
-        steady = global_batch / max(first_step - w0["marks"]["modelReady"], 1e-9)
-    samples = steps * global_batch
     out = {
         "key": cfg["key"], "framework": cfg["framework"], "kind": cfg["kind"], "threads": cfg["threads"],
         "workers": cfg["workers"], "label": label(cfg),
@@ -429,8 +485,8 @@ def measure(raw: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
         # After the last step until the training call returned: ~0 for PyTorch; TensorFlow's model.fit sometimes
         # sits idle here for seconds (see training/NOTES.md).
         "fit_tail_s": train_done - last_step,
-        "steady_samples_per_s": steady,
-        "samples_trained": samples,
+        "steady_samples_per_s": _steady_throughput(ws, settings, global_batch, first_step),
+        "samples_trained": steps * global_batch,
         "steps": steps,
         "global_batch": global_batch,
         "val_accuracy": w0["valAccuracy"],
@@ -438,39 +494,10 @@ def measure(raw: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
         "parameters": w0["parameters"],
     }
     # Where the start-up seconds go (consecutive phases; they add up to startup_s).
-    phases = {}
     if cfg["kind"] == "plain":
-        m = w0["marks"]
-        phases["python + imports"] = m["imported"] - spawn
-        phases["data (incl. scikit-learn import)"] = m["dataDone"] - m["imported"]
-        if "tfImported" in m:
-            phases["TensorFlow import + setup"] = m["strategyReady"] - m["dataDone"]
-            phases["model"] = m["modelReady"] - m["strategyReady"]
-        else:
-            phases["model"] = m["modelReady"] - m["dataDone"]
-        phases["first step"] = first_step - m["modelReady"]
+        phases = _plain_phases(w0, spawn, first_step)
     else:
-        enter = max(w["marks"]["loopEnter"] for w in ws)
-        data_done = max(w["marks"]["dataDone"] for w in ws)
-        phases["python + ray imports"] = d["imported"] - spawn
-        phases["ray.init"] = d["rayInit"] - d["imported"]
-        phases["trainer setup (result queue actor, trainer import)"] = d["fitCall"] - d["rayInit"]
-        starts = [w["marks"].get("processStart") for w in ws]
-        if all(starts) and all(d["fitCall"] <= s <= enter for s in starts):
-            last_start = max(starts)
-            phases["fit -> worker processes started"] = last_start - d["fitCall"]
-            phases["worker init + backend (process group / TF_CONFIG)"] = enter - last_start
-        else:
-            phases["fit -> workers ready (incl. process group / TF_CONFIG)"] = enter - d["fitCall"]
-        phases["data (incl. scikit-learn import)"] = data_done - enter
-        ready = max(w["marks"]["modelReady"] for w in ws)
-        if "tfImported" in w0["marks"]:
-            tf_ready = max(w["marks"]["strategyReady"] for w in ws)
-            phases["TensorFlow import + MWMS strategy"] = tf_ready - data_done
-            phases["model"] = ready - tf_ready
-        else:
-            phases["model + prepare_model (DDP)"] = ready - data_done
-        phases["first step"] = first_step - ready
+        phases = _ray_phases(d, ws, spawn, first_step)
         out["teardown_s"] = end - eval_done
         out["ray_cluster_cpus"] = raw.get("rayClusterCpus")
     out["startup_phases"] = {k: round(v, 3) for k, v in phases.items()}

@@ -156,7 +156,7 @@ def compare(fifo: dict[str, Any], asha: dict[str, Any], mode: str) -> dict[str, 
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m training.bench.tune", description=__doc__.split("\n\n")[0])
     p.add_argument("--tiny", action="store_true", help="seconds-long run for tests: 4 trials, 3 epochs, small CNN")
     p.add_argument("--num-samples", type=int, help="trials per scheduler; default 16 (--tiny: 4)")
@@ -165,17 +165,41 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrent", type=int, help="trials at once (default: as many as the CPUs hold)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder; default {DEFAULT_OUT}")
     p.add_argument("--keep", action="store_true", help="keep the experiments' folders (checkpoints) under --out")
-    args = p.parse_args(argv)
+    return p
+
+
+def _run_scheduler(scheduler: str, settings: dict[str, Any], work: Path, out: Path) -> tuple[int, dict | None]:
+    """One search with this scheduler: (exit code, its summary or None when it failed)."""
+    import yaml
+
+    from training.runner import run
+
+    spec = spec_for(settings, scheduler, str(work / "storage"))
+    spec_path = work / f"{scheduler}.yaml"
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    say(f"{scheduler}: {settings['numSamples']} trials x up to {settings['epochs']} epochs")
+    with contextlib.redirect_stdout(io.StringIO()):  # run() prints the result JSON; it is on disk
+        code, result, _ = run(str(spec_path), output=str(out / f"{scheduler}-result.json"))
+    if code != 0 or result["status"] not in ("success", "partial"):
+        say(f"{scheduler} failed: {result.get('error')}")
+        return code or 1, None
+    shutil.copyfile(result["results"]["trialsCsv"], out / f"{scheduler}-trials.csv")
+    s = summarize(result, settings)
+    say(f"{scheduler}: best {settings['metric']} {s['bestMetric']:.4f}, {s['totalTrialIterations']} "
+        f"trial-iterations, {s['earlyStoppedTrials']} of {s['numTrials']} stopped early, {s['wallSeconds']:.1f} s")
+    settings["concurrent"] = result["results"].get("maxConcurrentTrials", settings["concurrent"])
+    return 0, s
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
 
     from training.bench.report import write_tune_report
     from training.bench.train import machine_info
     from training.cluster import RaySession
     from training.env import apply_quiet_defaults
-    from training.runner import run
 
     apply_quiet_defaults()
-    import yaml
-
     settings = settings_from_args(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -188,22 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with RaySession():
             for scheduler in ("fifo", "asha"):
-                spec = spec_for(settings, scheduler, str(work / "storage"))
-                spec_path = work / f"{scheduler}.yaml"
-                spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
-                say(f"{scheduler}: {settings['numSamples']} trials x up to {settings['epochs']} epochs")
-                with contextlib.redirect_stdout(io.StringIO()):  # run() prints the result JSON; it is on disk
-                    code, result, _ = run(str(spec_path), output=str(out / f"{scheduler}-result.json"))
-                if code != 0 or result["status"] not in ("success", "partial"):
-                    say(f"{scheduler} failed: {result.get('error')}")
-                    return code or 1
-                shutil.copyfile(result["results"]["trialsCsv"], out / f"{scheduler}-trials.csv")
-                summaries[scheduler] = summarize(result, settings)
-                s = summaries[scheduler]
-                say(f"{scheduler}: best {settings['metric']} {s['bestMetric']:.4f}, {s['totalTrialIterations']} "
-                    f"trial-iterations, {s['earlyStoppedTrials']} of {s['numTrials']} stopped early, "
-                    f"{s['wallSeconds']:.1f} s")
-                settings["concurrent"] = result["results"].get("maxConcurrentTrials", settings["concurrent"])
+                code, summary = _run_scheduler(scheduler, settings, work, out)
+                if summary is None:
+                    return code
+                summaries[scheduler] = summary
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -54,7 +54,8 @@ devices: {{ .root.Values.efa.devicesPerPod | default $f.devices }}
 {{- toYaml $res -}}
 {{- end -}}
 
-{{/* Environment: EFA/libfabric, NCCL safeguards, shared env, group env, secret references, storage. Sorted by name. */}}
+{{/* Environment: EFA/libfabric, NCCL safeguards, scratch caches, shared env, group env, secret references, storage.
+Sorted by name. */}}
 {{- define "tlib.env" -}}
 {{- $vals := .root.Values -}}
 {{- $env := dict -}}
@@ -72,6 +73,7 @@ devices: {{ .root.Values.efa.devicesPerPod | default $f.devices }}
 {{- $_ := set $env "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" (printf "%s/nccl-flight-recorder-rank_" $vals.checkpoints.mountPath) -}}
 {{- end -}}
 {{- end -}}
+{{- range $k, $v := include "tlib.scratchEnv" . | fromYaml }}{{ $_ := set $env $k $v }}{{ end -}}
 {{- range $k, $v := $vals.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
 {{- range $k, $v := .group.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
 {{- if $vals.checkpoints.enabled -}}
@@ -107,10 +109,48 @@ container runtime sets (unlimited on the EKS accelerated AMI); the training entr
 {{- toYaml (.root.Values.containerSecurityContext | default dict) -}}
 {{- end -}}
 
-{{/* Volumes every pod gets: /dev/shm, checkpoints, shared and group volumes, extra volumes from the chart. */}}
+{{/*
+The scratch space of a container with a read-only root filesystem (values scratch): its emptyDir volume. A
+read-only root without it is refused: Ray cannot start.
+*/}}
+{{- define "tlib.scratchVolume" -}}
+{{- $s := .root.Values.scratch | default dict -}}
+{{- $ro := (.root.Values.containerSecurityContext | default dict).readOnlyRootFilesystem -}}
+{{- if and $ro (not $s.enabled) -}}
+{{- fail "containerSecurityContext.readOnlyRootFilesystem needs scratch.enabled: Ray writes its session directory under /tmp/ray" -}}
+{{- end -}}
+{{- if $s.enabled -}}
+name: scratch
+emptyDir:
+  {{- with $s.sizeLimit }}
+  sizeLimit: {{ . }}
+  {{- else }} {}
+  {{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/* The scratch volume's mount (scratch.mountPath), for every container of the chart's pods. */}}
+{{- define "tlib.scratchMount" -}}
+{{- with .root.Values.scratch }}{{ if .enabled -}}
+name: scratch
+mountPath: {{ .mountPath }}
+{{- end }}{{ end -}}
+{{- end -}}
+
+{{/* The env that moves the libraries' caches into the scratch space (scratch.env), as a name: value map. */}}
+{{- define "tlib.scratchEnv" -}}
+{{- with .root.Values.scratch }}{{ if .enabled }}{{ range $k, $v := .env }}{{ if not (kindIs "invalid" $v) }}
+{{ $k }}: {{ toString $v | quote }}
+{{- end }}{{ end }}{{ end }}{{ end -}}
+{{- end -}}
+
+{{/* Volumes every pod gets: scratch, /dev/shm, checkpoints, shared and group volumes, extra volumes from the chart. */}}
 {{- define "tlib.volumes" -}}
 {{- $vals := .root.Values -}}
 {{- $vols := list -}}
+{{- with include "tlib.scratchVolume" . | fromYaml -}}
+{{- $vols = append $vols . -}}
+{{- end -}}
 {{- if $vals.shm.enabled -}}
 {{- $vols = append $vols (dict "name" "shm" "emptyDir" (dict "medium" "Memory" "sizeLimit" $vals.shm.sizeLimit)) -}}
 {{- end -}}
@@ -124,10 +164,13 @@ container runtime sets (unlimited on the EKS accelerated AMI); the training entr
 {{- if $vols }}{{ toYaml $vols }}{{ end -}}
 {{- end -}}
 
-{{/* Volume mounts every Ray container gets: /dev/shm, checkpoints, shared, group and extra mounts. */}}
+{{/* Volume mounts every Ray container gets: scratch, /dev/shm, checkpoints, shared, group and extra mounts. */}}
 {{- define "tlib.volumeMounts" -}}
 {{- $vals := .root.Values -}}
 {{- $mounts := list -}}
+{{- with include "tlib.scratchMount" . | fromYaml -}}
+{{- $mounts = append $mounts . -}}
+{{- end -}}
 {{- if $vals.shm.enabled -}}
 {{- $mounts = append $mounts (dict "name" "shm" "mountPath" "/dev/shm") -}}
 {{- end -}}

@@ -39,6 +39,19 @@ autoscalerOptions:
   securityContext:
     {{- toYaml . | nindent 4 }}
   {{- end }}
+  {{- $scratchCtx := dict "root" $root }}
+  {{- with include "tlib.scratchMount" $scratchCtx | fromYaml }}
+  volumeMounts:
+    - {{- toYaml . | nindent 6 }}
+  {{- end }}
+  {{- with include "tlib.scratchEnv" $scratchCtx | fromYaml }}
+  {{- $scratchEnv := . }}
+  env:
+    {{- range $k := keys $scratchEnv | sortAlpha }}
+    - name: {{ $k }}
+      value: {{ get $scratchEnv $k | quote }}
+    {{- end }}
+  {{- end }}
 {{- end }}
 headGroupSpec:
   serviceType: {{ $vals.head.serviceType }}
