@@ -270,6 +270,7 @@ OPERATORS = [
      "patches": (pytorch_init_container_patch,)},
 ]
 
+
 def _operator_source(op: dict) -> dict:
     source = dict(op["source"])
     if op.get("patches"):

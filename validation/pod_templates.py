@@ -28,6 +28,7 @@ class Container:
     path: Path
     container: dict
     init: bool
+    pod: dict  # the pod spec holding it (its volumes, its other containers)
 
     @property
     def name(self) -> str:
@@ -65,7 +66,7 @@ def iter_containers(doc: Any) -> Iterator[Container]:
         for key, init in (("initContainers", True), ("containers", False)):
             for index, container in enumerate(pod.spec.get(key) or []):
                 if isinstance(container, dict):
-                    yield Container(pod.path + [key, index], container, init)
+                    yield Container(pod.path + [key, index], container, init, pod.spec)
 
 
 def iter_ray_cluster_specs(doc: Any) -> Iterator[tuple[Path, dict]]:

@@ -430,21 +430,10 @@ SCRATCH_PATHS = ("/tmp", "/tmp/ray")
 WRITABLE_VOLUMES = ("emptyDir", "ephemeral", "persistentVolumeClaim", "hostPath", "csi")
 
 
-def _pod_of(doc: Any, c: Container) -> dict:
-    pod: Any = doc
-    for key in c.path[:-2]:  # [..., "containers", i] -> the pod spec
-        pod = pod[key]
-    return pod
-
-
-def _pod_volumes(doc: Any, c: Container) -> dict[str, dict]:
-    return {v.get("name"): v for v in _pod_of(doc, c).get("volumes") or [] if isinstance(v, dict)}
-
-
-def _scratch_problem(doc: Any, c: Container) -> str | None:
+def _scratch_problem(c: Container) -> str | None:
     env = _env(c.container)
     wanted = [str(env["TMPDIR"])] if env.get("TMPDIR") else list(SCRATCH_PATHS)
-    volumes = _pod_volumes(doc, c)
+    volumes = {v.get("name"): v for v in c.pod.get("volumes") or [] if isinstance(v, dict)}
     for mount in c.container.get("volumeMounts") or []:
         if not isinstance(mount, dict) or str(mount.get("mountPath", "")).rstrip("/") not in wanted:
             continue
@@ -458,14 +447,13 @@ def _scratch_problem(doc: Any, c: Container) -> str | None:
     return f"nothing writable is mounted at {' or '.join(wanted)}"
 
 
-def _runs_the_pods_software(doc: Any, c: Container) -> bool:
+def _runs_the_pods_software(c: Container) -> bool:
     """A pod's containers, and its init containers that run one of their images (KubeRay's wait-gcs-ready runs
     `ray health-check` in the Ray image). An init container of another image (the training-operator's init-pytorch:
     nslookup in alpine) is not Ray or Python: it needs no /tmp."""
     if not c.init:
         return True
-    pod = _pod_of(doc, c)
-    return c.container.get("image") in {x.get("image") for x in pod.get("containers") or [] if isinstance(x, dict)}
+    return c.container.get("image") in {x.get("image") for x in c.pod.get("containers") or [] if isinstance(x, dict)}
 
 
 def rule_readonly_root_scratch(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
@@ -474,9 +462,9 @@ def rule_readonly_root_scratch(manifests: Sequence[Manifest], facts: EnvFacts) -
             context = c.container.get("securityContext")
             if not (isinstance(context, dict) and context.get("readOnlyRootFilesystem") is True):
                 continue
-            if not _runs_the_pods_software(m.doc, c):
+            if not _runs_the_pods_software(c):
                 continue
-            problem = _scratch_problem(m.doc, c)
+            problem = _scratch_problem(c)
             if problem:
                 yield _v("readonly-root-scratch", m, c.path + ["securityContext", "readOnlyRootFilesystem"],
                          f"{c.label} has a read-only root filesystem but {problem}: Ray writes its session directory "

@@ -144,6 +144,25 @@ mountPath: {{ .mountPath }}
 {{- end }}{{ end }}{{ end }}{{ end -}}
 {{- end -}}
 
+{{/*
+The scratch env and mount of a container that tlib.podTemplate does not build (KubeRay's autoscaler sidecar through
+autoscalerOptions, a RayJob's submitter): `env:` and `volumeMounts:` keys, each only when there is something in it.
+*/}}
+{{- define "tlib.scratchContainerFields" -}}
+{{- with include "tlib.scratchEnv" . | fromYaml }}
+{{- $scratchEnv := . }}
+env:
+  {{- range $k := keys $scratchEnv | sortAlpha }}
+  - name: {{ $k }}
+    value: {{ get $scratchEnv $k | quote }}
+  {{- end }}
+{{- end }}
+{{- with include "tlib.scratchMount" . | fromYaml }}
+volumeMounts:
+  - {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- end -}}
+
 {{/* Volumes every pod gets: scratch, /dev/shm, checkpoints, shared and group volumes, extra volumes from the chart. */}}
 {{- define "tlib.volumes" -}}
 {{- $vals := .root.Values -}}

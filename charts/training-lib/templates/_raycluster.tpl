@@ -39,18 +39,8 @@ autoscalerOptions:
   securityContext:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- $scratchCtx := dict "root" $root }}
-  {{- with include "tlib.scratchMount" $scratchCtx | fromYaml }}
-  volumeMounts:
-    - {{- toYaml . | nindent 6 }}
-  {{- end }}
-  {{- with include "tlib.scratchEnv" $scratchCtx | fromYaml }}
-  {{- $scratchEnv := . }}
-  env:
-    {{- range $k := keys $scratchEnv | sortAlpha }}
-    - name: {{ $k }}
-      value: {{ get $scratchEnv $k | quote }}
-    {{- end }}
+  {{- with include "tlib.scratchContainerFields" (dict "root" $root) }}
+  {{- . | trim | nindent 2 }}
   {{- end }}
 {{- end }}
 headGroupSpec:
