@@ -149,9 +149,7 @@ def latest_in_run(run_path: str) -> str | None:
     return storage.join(run_path, name)
 
 
-def checkpoint_to_resume(job: dict, run_path: str) -> str | None:
-    """The checkpoint the first worker group of this run will load: the run's own latest, else ``resumeFrom``."""
-    own = latest_in_run(run_path)
-    if own:
-        return own
-    return job["checkpoint"].get("resumeFrom")
+def checkpoint_to_resume(run_path: str, resume_from: str | None) -> str | None:
+    """The checkpoint the first worker group of this run will load: the run's own latest, else ``resume_from``
+    (``checkpoint.resumeFrom``)."""
+    return latest_in_run(run_path) or resume_from

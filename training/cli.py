@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                 if exc.details and "\n" in exc.details:
                     print("  " + exc.details.replace("\n", "\n  "), file=sys.stderr)
             else:
-                print(f"{path}: ok (mode={job['mode']}, name={job['name']})")
+                print(f"{path}: ok (mode={job.mode}, name={job.name})")
         return 2 if bad else 0
 
     from training.spec import JOB_SPEC_SCHEMA, RESULT_SCHEMA

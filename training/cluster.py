@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from training.errors import ClusterConnectError, ResourceError
+from training.job import Workers
 
 #: Ray's own resource names for what the spec calls cpu / gpu.
 CPU, GPU = "CPU", "GPU"
@@ -144,10 +145,10 @@ def describe(per_node: list[dict[str, float]]) -> str:
     return "; ".join(parts) or "no nodes"
 
 
-def worker_bundle(job: dict[str, Any]) -> dict[str, float]:
-    bundle = {CPU: float(job["cpuPerWorker"])}
-    if job["gpuPerWorker"]:
-        bundle[GPU] = float(job["gpuPerWorker"])
+def worker_bundle(workers: Workers) -> dict[str, float]:
+    bundle = {CPU: float(workers.cpu)}
+    if workers.gpu:
+        bundle[GPU] = float(workers.gpu)
     return bundle
 
 
@@ -163,8 +164,8 @@ def room_now(bundle: dict[str, float], count: int, strategy: str, wait_seconds: 
         remove_placement_group(group)
 
 
-def check_resources(job: dict[str, Any], *, wait_seconds: float | None = None) -> None:
-    """Fail fast (``ResourceError``) unless the run's workers fit the cluster (``minWorkers`` of an elastic run).
+def check_resources(workers: Workers, *, wait_seconds: float | None = None) -> None:
+    """Fail fast (``ResourceError``) unless the run's workers fit the cluster (the minimum of an elastic run).
 
     Beyond the cluster's totals: fail at once, listing what the nodes have. Within the totals but not free right
     now (another job, or the placement group of a run that just ended): wait up to ``config.resourceWaitSeconds``
@@ -172,8 +173,8 @@ def check_resources(job: dict[str, Any], *, wait_seconds: float | None = None) -
     """
     import ray
 
-    n = job.get("minWorkers") or job["numWorkers"]
-    bundle = worker_bundle(job)
+    n = workers.needed
+    bundle = worker_bundle(workers)
     want = ", ".join(f"{v:g} {k}" for k, v in bundle.items())
     totals = node_totals()
     if fits(totals, bundle, n) < n:
@@ -186,8 +187,8 @@ def check_resources(job: dict[str, Any], *, wait_seconds: float | None = None) -
             + ".",
             field="config.numWorkers" if fits(totals, bundle, 1) >= 1 else "config.resourcesPerWorker",
         )
-    wait_seconds = job.get("resourceWaitSeconds", 30.0) if wait_seconds is None else wait_seconds
-    if room_now(bundle, n, job.get("placementStrategy", "PACK"), wait_seconds):
+    wait_seconds = workers.resource_wait_s if wait_seconds is None else wait_seconds
+    if room_now(bundle, n, workers.placement_strategy, wait_seconds):
         return
     free = ray.available_resources()
     raise ResourceError(

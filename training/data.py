@@ -13,14 +13,13 @@ counts deadlock collective ops). Each worker keeps only its own shard in memory.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from training import storage
 from training.errors import DataError
+from training.job import Data
 
 CIFAR_TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 CIFAR_TEST_FILE = "test_batch"
@@ -73,7 +72,7 @@ def _take(x: np.ndarray, y: np.ndarray, rank: int, world: int, limit: int | None
 
 # ---------------------------------------------------------------- digits
 
-def _load_digits(cfg: Mapping[str, Any], seed: int):
+def _load_digits(cfg: Data, seed: int):
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -81,7 +80,7 @@ def _load_digits(cfg: Mapping[str, Any], seed: int):
     x = (digits.images.astype(np.float32) / 16.0)[..., None]  # (n, 8, 8, 1)
     y = digits.target.astype(np.int64)
     x_tr, x_va, y_tr, y_va = train_test_split(
-        x, y, test_size=cfg.get("validationFraction", 0.2), random_state=seed, stratify=y
+        x, y, test_size=cfg.validation_fraction, random_state=seed, stratify=y
     )
     return x_tr, y_tr, x_va, y_va, 10, tuple(str(i) for i in range(10))
 
@@ -129,8 +128,8 @@ def read_cifar10_meta(root: str) -> tuple[str, ...]:
     return tuple(n.decode() if isinstance(n, bytes) else str(n) for n in names)
 
 
-def _load_cifar10(cfg: Mapping[str, Any], rank: int, world: int):
-    root = cfg["path"]
+def _load_cifar10(cfg: Data, rank: int, world: int):
+    root = cfg.path
     names = read_cifar10_meta(root)
 
     def read(files, limit):
@@ -144,18 +143,18 @@ def _load_cifar10(cfg: Mapping[str, Any], rank: int, world: int):
             seen += len(x)
         return np.concatenate(xs), np.concatenate(ys)
 
-    x_tr, y_tr = read(CIFAR_TRAIN_FILES, cfg.get("maxTrainSamples"))
-    x_va, y_va = read([CIFAR_TEST_FILE], cfg.get("maxValSamples"))
+    x_tr, y_tr = read(CIFAR_TRAIN_FILES, cfg.max_train_samples)
+    x_va, y_va = read([CIFAR_TEST_FILE], cfg.max_val_samples)
     return x_tr, y_tr, x_va, y_va, len(names), names
 
 
 # ---------------------------------------------------------------- synthetic
 
-def _synthetic_shard(cfg: Mapping[str, Any], seed: int, rank: int, world: int):
+def _synthetic_shard(cfg: Data, seed: int, rank: int, world: int):
     """Generated per worker: nothing is read, each rank makes only its own rows."""
-    total = int(cfg.get("numSamples", 2048))
-    if cfg.get("maxTrainSamples"):
-        total = min(total, int(cfg["maxTrainSamples"]))
+    total = int(cfg.num_samples)
+    if cfg.max_train_samples:
+        total = min(total, int(cfg.max_train_samples))
     n_train = total // world
     n_val = max(total // 4 // world, 1)
     templates = np.random.default_rng(seed).normal(0.5, 0.25, size=(10,) + CIFAR_SHAPE).astype(np.float32)
@@ -180,9 +179,9 @@ def batch_share(global_batch: int, world_size: int) -> int:
     return max(1, global_batch // world_size)
 
 
-def load_shard(cfg: Mapping[str, Any], rank: int = 0, world_size: int = 1, seed: int = 42) -> Shard:
-    """The shard of ``rank`` among ``world_size`` workers for the data block ``cfg`` of a normalized job."""
-    source = cfg.get("source", "digits")
+def load_shard(cfg: Data, rank: int = 0, world_size: int = 1, seed: int = 42) -> Shard:
+    """The shard of ``rank`` among ``world_size`` workers for a job's data block."""
+    source = cfg.source
     if source == "synthetic":
         return _synthetic_shard(cfg, seed, rank, world_size)
     if source == "digits":
@@ -190,24 +189,24 @@ def load_shard(cfg: Mapping[str, Any], rank: int = 0, world_size: int = 1, seed:
         x_tr = x_tr.astype(np.float32)
         x_va = x_va.astype(np.float32)
     elif source == "cifar10":
-        if not cfg.get("path"):
+        if not cfg.path:
             raise DataError("data.source cifar10 needs data.path (the cifar-10-batches-py folder)")
         x_tr, y_tr, x_va, y_va, n_cls, names = _load_cifar10(cfg, rank, world_size)
     else:
         raise DataError(f"unknown data source {source!r}")
-    x_tr, y_tr, total_tr = _take(x_tr, y_tr, rank, world_size, cfg.get("maxTrainSamples"))
-    x_va, y_va, total_va = _take(x_va, y_va, rank, world_size, cfg.get("maxValSamples"))
+    x_tr, y_tr, total_tr = _take(x_tr, y_tr, rank, world_size, cfg.max_train_samples)
+    x_va, y_va, total_va = _take(x_va, y_va, rank, world_size, cfg.max_val_samples)
     if x_tr.dtype == np.uint8:
         x_tr = x_tr.astype(np.float32) / 255.0
         x_va = x_va.astype(np.float32) / 255.0
     return Shard(x_tr, y_tr, x_va, y_va, n_cls, tuple(x_tr.shape[1:]), source, total_tr, total_va, names)
 
 
-def check_source(cfg: Mapping[str, Any]) -> None:
+def check_source(cfg: Data) -> None:
     """Driver-side check before any worker starts: the CIFAR-10 folder exists and its files are readable."""
-    if cfg.get("source") != "cifar10" or not cfg.get("verifyOnDriver", True):
+    if cfg.source != "cifar10" or not cfg.verify_on_driver:
         return
-    root = cfg.get("path")
+    root = cfg.path
     try:
         if not storage.exists(root):
             raise DataError(f"data.path {root} does not exist (expected the cifar-10-batches-py folder)")

@@ -12,40 +12,41 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
 from typing import Any
+
+from training.job import Job, thaw
 
 HASH_LENGTH = 10
 
 
-def identity_fields(job: Mapping[str, Any]) -> dict[str, Any]:
+def identity_fields(job: Job) -> dict[str, Any]:
     """The normalized fields that name a run (see the module's docstring)."""
-    data = job["data"]
+    t, d = job.training, job.data
     fields: dict[str, Any] = {
-        "mode": job["mode"],
-        "framework": job["framework"],
-        "trainerPath": job["trainerPath"],
-        "numWorkers": [job.get("minWorkers"), job["numWorkers"]],
-        "batchSize": job["batchSize"],
-        "lr": job["lr"],
-        "seed": job["seed"],
-        "model": job["model"] if job["framework"] != "xgboost" and not job["trainerPath"] else None,
-        "xgboost": job["xgboost"],
-        "params": job["params"],
-        "data": {k: data[k] for k in ("source", "path", "validationFraction", "maxTrainSamples", "maxValSamples",
-                                      "numSamples")},
+        "mode": job.mode,
+        "framework": t.framework,
+        "trainerPath": t.trainer_path,
+        "numWorkers": [job.workers.min_count, job.workers.count],
+        "batchSize": t.batch_size,
+        "lr": t.lr,
+        "seed": t.seed,
+        "model": t.model.as_spec() if t.builtin_model else None,
+        "xgboost": thaw(t.xgboost),
+        "params": thaw(t.params),
+        "data": {"source": d.source, "path": d.path, "validationFraction": d.validation_fraction,
+                 "maxTrainSamples": d.max_train_samples, "maxValSamples": d.max_val_samples,
+                 "numSamples": d.num_samples},
     }
-    if job["mode"] == "tune":
-        fields["epochs"] = job["epochs"]
-        fields["tune"] = {k: job["tune"][k] for k in ("searchSpace", "scheduler", "schedulerConfig", "numSamples",
-                                                       "metric", "mode", "trialRunner", "seed")}
+    if job.mode == "tune":
+        fields["epochs"] = t.epochs
+        fields["tune"] = job.tune.identity()
     return fields
 
 
-def derived_name(job: Mapping[str, Any]) -> str:
+def derived_name(job: Job) -> str:
     """``<mode>-<framework>-<10 hex digits>``; ``cluster`` for mode cluster (it keeps no run folder of its own)."""
-    if job["mode"] == "cluster":
+    if job.mode == "cluster":
         return "cluster"
     text = json.dumps(identity_fields(job), sort_keys=True, separators=(",", ":"), default=str)
     digest = hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
-    return f"{job['mode']}-{job['framework']}-{digest}"
+    return f"{job.mode}-{job.training.framework}-{digest}"

@@ -65,12 +65,9 @@ def validate_result(result: dict) -> None:
     jsonschema.Draft202012Validator(load_schema(RESULT_SCHEMA)).validate(result)
 
 
-def default_result_path(job: dict | None) -> str | None:
-    if not job:
-        return None
-    from training.spec import run_path
-
-    return storage.join(run_path(job), RESULT_FILE)
+def default_result_path(run_path: str) -> str:
+    """Where a run's result goes: in its run folder."""
+    return storage.join(run_path, RESULT_FILE)
 
 
 def write_result(result: dict, path: str) -> str:

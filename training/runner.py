@@ -22,16 +22,15 @@ from training import checkpointing, faults, storage
 from training.env import apply_quiet_defaults
 from training.errors import CheckpointError, SpecError, TrainingJobError
 from training.faults import TestHooks
+from training.job import Job
 from training.result import clean, default_result_path, error_result, validate_result, write_result
 from training.spec import (
     DEFAULT_STORAGE,
     INVALID_SPEC_NAME,
     NAME_PATTERN,
     STORAGE_ENV,
-    hyperparameters,
     load_spec_file,
     normalize,
-    run_path,
     validate_spec,
 )
 
@@ -57,7 +56,7 @@ class Progress:
 
     started: float = dataclasses.field(default_factory=time.time)
     timings: dict[str, float] = dataclasses.field(default_factory=dict)
-    job: dict[str, Any] | None = None
+    job: Job | None = None
     cluster: dict | None = None
     fit_s: float = 0.0
 
@@ -81,7 +80,7 @@ def _fallback_result_path(spec_path: str, environ) -> str:
 
 # ---------------------------------------------------------------- before Ray
 
-def load(spec_path: str, environ, name: str | None, sets: list[str] | None, num_samples: int | None) -> dict:
+def load(spec_path: str, environ, name: str | None, sets: list[str] | None, num_samples: int | None) -> Job:
     """The validated, normalized job of a spec file, with the command line's overrides."""
     raw = load_spec_file(spec_path)
     if sets or num_samples is not None:
@@ -93,29 +92,29 @@ def load(spec_path: str, environ, name: str | None, sets: list[str] | None, num_
     if name:
         if not re.fullmatch(NAME_PATTERN, name):
             raise SpecError(f"--name {name!r} must match {NAME_PATTERN}", field="name")
-        job["name"], job["nameSource"] = name, "--name"
+        job = job.renamed(name, "--name")
     return job
 
 
-def pre_ray_checks(job: dict[str, Any], spec_dir: Path, resume: bool) -> tuple[Any | None, bool]:
+def pre_ray_checks(job: Job, spec_dir: Path, resume: bool) -> tuple[Any | None, bool]:
     """Trainer function, data path, and what this run continues: checked before Ray starts.
     Returns (the user's trainer function or None, whether a Tune experiment is resumed)."""
     from training.data import check_source
 
-    if job["mode"] == "cluster":
+    if job.mode == "cluster":
         return None, False
     user_fn = None
-    if job["trainerPath"]:
+    if job.training.trainer_path:
         from training.user_trainer import load_function
 
-        user_fn = load_function(job["trainerPath"], search_dirs=[spec_dir])
-    check_source(job["data"])
-    if job["mode"] == "tune":
+        user_fn = load_function(job.training.trainer_path, search_dirs=[spec_dir])
+    check_source(job.data)
+    if job.mode == "tune":
         from training.tune import check_resume, experiment_exists
 
-        derived = job["nameSource"] == "derived"
-        if derived and not resume and experiment_exists(job):
-            say(f"this spec's experiment {job['name']} exists at {run_path(job)}: resuming it (finished trials are "
+        derived = job.name_source == "derived"
+        if derived and not resume and experiment_exists(job.run_path):
+            say(f"this spec's experiment {job.name} exists at {job.run_path}: resuming it (finished trials are "
                 "kept; a changed spec gets a new name, --name starts another search)")
             resume = True
         return user_fn, check_resume(job, resume)
@@ -123,23 +122,23 @@ def pre_ray_checks(job: dict[str, Any], spec_dir: Path, resume: bool) -> tuple[A
     return user_fn, False
 
 
-def _check_resume_checkpoint(job: dict[str, Any]) -> None:
-    resume = checkpointing.checkpoint_to_resume(job, run_path(job))
+def _check_resume_checkpoint(job: Job) -> None:
+    resume = checkpointing.checkpoint_to_resume(job.run_path, job.checkpoint.resume_from)
     if not resume:
         return
     try:
-        meta = checkpointing.verify(resume, job["framework"])
+        meta = checkpointing.verify(resume, job.training.framework)
     except CheckpointError as exc:
-        if resume == job["checkpoint"].get("resumeFrom"):
+        if resume == job.checkpoint.resume_from:
             exc.field = "checkpoint.resumeFrom"
         raise
-    whose = "this spec's run" if job["nameSource"] == "derived" else "run"
-    say(f"{whose} {job['name']} continues from checkpoint {resume} (epoch {meta['epoch']} of {job['epochs']})")
+    whose = "this spec's run" if job.name_source == "derived" else "run"
+    say(f"{whose} {job.name} continues from checkpoint {resume} (epoch {meta['epoch']} of {job.training.epochs})")
 
 
 # ---------------------------------------------------------------- modes (inside a Ray session)
 
-def run_cluster(job: dict[str, Any], progress: Progress) -> tuple[dict, int]:
+def run_cluster(job: Job, progress: Progress) -> tuple[dict, int]:
     from training.cluster import cluster_status
 
     detail = cluster_status(detail=True)
@@ -152,30 +151,30 @@ def run_cluster(job: dict[str, Any], progress: Progress) -> tuple[dict, int]:
     }, 0
 
 
-def run_train(job: dict[str, Any], user_fn, hooks: TestHooks, progress: Progress) -> tuple[dict, int]:
+def run_train(job: Job, user_fn, hooks: TestHooks, progress: Progress) -> tuple[dict, int]:
     from training import failures
     from training.cluster import check_resources
     from training.trainers import build_trainer, health_check_settings
 
     t = time.time()
-    check_resources(job)
+    check_resources(job.workers)
     progress.timings["resourceCheck"] = round(time.time() - t, 3)
     trainer = build_trainer(job, user_fn, hooks)
-    gpu = f" + {job['gpuPerWorker']:g} GPU" if job["gpuPerWorker"] else ""
-    workers = f"{job['minWorkers']}-{job['numWorkers']}" if job["minWorkers"] else str(job["numWorkers"])
-    say(f"starting {job['framework']} training: {workers} worker(s) x {job['cpuPerWorker']:g} CPU{gpu}, "
-        f"run folder {run_path(job)}")
+    w = job.workers
+    gpu = f" + {w.gpu:g} GPU" if w.gpu else ""
+    say(f"starting {job.training.framework} training: {w.describe()} worker(s) x {w.cpu:g} CPU{gpu}, "
+        f"run folder {job.run_path}")
     t = time.time()
     try:
-        with health_check_settings(job):
-            fit_result = failures.fit(trainer, job["checkpoint"]["maxFailures"])
+        with health_check_settings(w.health_check):
+            fit_result = failures.fit(trainer, job.checkpoint.max_failures)
     finally:
         progress.fit_s = time.time() - t
     progress.timings["fit"] = round(progress.fit_s, 3)
     return _success_train(job, fit_result, progress.cluster, progress.fit_s), 0
 
 
-def run_tune(job: dict[str, Any], user_fn, hooks: TestHooks, resume: bool, progress: Progress) -> tuple[dict, int]:
+def run_tune(job: Job, user_fn, hooks: TestHooks, resume: bool, progress: Progress) -> tuple[dict, int]:
     from training.tune import run_experiment
 
     result, code, progress.fit_s = run_experiment(job, user_fn, progress.cluster, resume=resume, hooks=hooks)
@@ -183,11 +182,10 @@ def run_tune(job: dict[str, Any], user_fn, hooks: TestHooks, resume: bool, progr
     return result, code
 
 
-def _success_train(job: dict[str, Any], fit_result, cluster: dict, fit_s: float) -> dict:
+def _success_train(job: Job, fit_result, cluster: dict, fit_s: float) -> dict:
     rv = fit_result.return_value or {}
     history = rv.get("history") or []
-    ck = job["checkpoint"]
-    metric, mode = ck["metric"], ck["metricMode"]
+    metric, mode = job.checkpoint.metric, job.checkpoint.metric_mode
     better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
 
     best_path, best_value = None, None
@@ -205,13 +203,13 @@ def _success_train(job: dict[str, Any], fit_result, cluster: dict, fit_s: float)
         best_value = final[metric]
 
     results: dict[str, Any] = {
-        "bestConfig": hyperparameters(job),
+        "bestConfig": job.hyperparameters(),
         "numTrials": 1,
         "completedTrials": 1,
         "metric": metric,
         "metricMode": mode,
-        "framework": job["framework"],
-        "numWorkers": job["numWorkers"],
+        "framework": job.training.framework,
+        "numWorkers": job.workers.count,
         **({"worldSize": int(rv["worldSize"])} if rv.get("worldSize") else {}),
         "epochsCompleted": int(history[-1]["epoch"]) if history else int(rv.get("startEpoch") or 0),
         "epochsTrainedThisRun": list(rv.get("trainedEpochs") or []),
@@ -235,14 +233,14 @@ def _success_train(job: dict[str, Any], fit_result, cluster: dict, fit_s: float)
         "results": results,
         "clusterStatus": cluster,
         "trainingTime": round(fit_s, 3),
-        "runPath": run_path(job),
+        "runPath": job.run_path,
     }
     if best_path:
         out["checkpointPath"] = best_path
     return out
 
 
-def _in_ray(job: dict[str, Any], user_fn, hooks: TestHooks, resume: bool, progress: Progress) -> tuple[dict, int]:
+def _in_ray(job: Job, user_fn, hooks: TestHooks, resume: bool, progress: Progress) -> tuple[dict, int]:
     from training.cluster import RaySession, cluster_status
 
     with RaySession() as session:
@@ -250,9 +248,9 @@ def _in_ray(job: dict[str, Any], user_fn, hooks: TestHooks, resume: bool, progre
         progress.cluster = cluster = cluster_status()
         say(f"Ray {session.kind}: {cluster['numNodes']} node(s), {cluster['totalCpu']:g} CPU, "
             f"{cluster['totalGpu']:g} GPU (connect {session.init_seconds:.1f} s)")
-        if job["mode"] == "cluster":
+        if job.mode == "cluster":
             return run_cluster(job, progress)
-        if job["mode"] == "tune":
+        if job.mode == "tune":
             return run_tune(job, user_fn, hooks, resume, progress)
         return run_train(job, user_fn, hooks, progress)
 
@@ -260,16 +258,16 @@ def _in_ray(job: dict[str, Any], user_fn, hooks: TestHooks, resume: bool, progre
 def _error(exc: BaseException, progress: Progress) -> tuple[dict, int]:
     job = progress.job
     progress.timings["total"] = round(time.time() - progress.started, 3)
-    result = error_result(exc, name=job["name"] if job else None, mode=job["mode"] if job else None,
+    result = error_result(exc, name=job.name if job else None, mode=job.mode if job else None,
                           cluster=progress.cluster, training_time=progress.fit_s, timings=progress.timings)
     if not isinstance(exc, TrainingJobError):  # a bug or an unforeseen failure: still leave a result behind
         traceback.print_exc()
         result["error"]["details"] = traceback.format_exc()[-4000:]
         return result, 1
     say(f"error ({exc.kind}): {exc.message}")
-    if progress.fit_s and job and job["mode"] == "train":
+    if progress.fit_s and job and job.mode == "train":
         try:  # what a re-run of the same spec would resume from
-            latest = checkpointing.latest_in_run(run_path(job))
+            latest = checkpointing.latest_in_run(job.run_path)
         except TrainingJobError:
             latest = None
         if latest:
@@ -308,21 +306,22 @@ def run(spec_path: str, output: str | None = None, environ=None, name: str | Non
     progress = Progress()
     try:
         job = progress.job = load(spec_path, environ, name, sets, num_samples)
-        rp = run_path(job)
+        rp = job.run_path
         hooks = faults.from_environ(environ, rp if not storage.is_uri(rp) else os.path.join("/tmp", "training-faults",
-                                                                                           job["name"]))
-        say(f"spec {spec_path}: mode={job['mode']} name={job['name']} ({job['nameSource']})"
-            + (f" framework={job['framework']} workers={job['numWorkers']} epochs={job['epochs']}"
-               f" storage={job['checkpoint']['storagePath']} ({job['checkpoint']['storageSource']})"
-               if job["mode"] in ("train", "tune") else ""))
+                                                                                           job.name))
+        say(f"spec {spec_path}: mode={job.mode} name={job.name} ({job.name_source})"
+            + (f" framework={job.training.framework} workers={job.workers.count} epochs={job.training.epochs}"
+               f" storage={job.checkpoint.storage_path} ({job.checkpoint.storage_source})"
+               if job.mode in ("train", "tune") else ""))
         user_fn, resume = pre_ray_checks(job, Path(spec_path).resolve().parent, bool(resume))
         result, code = _in_ray(job, user_fn, hooks, resume, progress)
         progress.timings["total"] = round(time.time() - progress.started, 3)
-        result.update({"name": job["name"], "mode": job["mode"], "timings": progress.timings})
+        result.update({"name": job.name, "mode": job.mode, "timings": progress.timings})
     except KeyboardInterrupt:
         raise
     except Exception as exc:
         result, code = _error(exc, progress)
-    path = output or default_result_path(progress.job) or _fallback_result_path(spec_path, environ)
+    path = output or (default_result_path(progress.job.run_path) if progress.job else None) \
+        or _fallback_result_path(spec_path, environ)
     written = _publish(result, path)
     return code, clean(result), written

@@ -5,7 +5,7 @@ Everything here runs before Ray is imported, so a bad spec is rejected in well u
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from training.errors import SpecError
+from training.job import Checkpoint, Data, Job, Model, Training, Workers, freeze
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schema"
 JOB_SPEC_SCHEMA = SCHEMA_DIR / "job-spec.schema.json"
@@ -122,132 +123,106 @@ def _abs_storage(path: str, base: Path | None = None) -> str:
     return str(p.resolve())
 
 
-def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> dict:
-    """A validated spec with every default filled in: the plain dict that the driver and every worker use."""
+def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Job:
+    """A validated spec with every default filled in: the typed, immutable job the driver and every worker use."""
     environ = os.environ if environ is None else environ
-    spec = copy.deepcopy(dict(spec))
     tc = spec.get("trainConfig", {}) or {}
-    framework = tc.get("framework") or ("pytorch" if spec["mode"] == "tune" else None)
-    job = {
-        "name": spec.get("name"),
-        "nameSource": "spec" if spec.get("name") else "derived",
-        "mode": spec["mode"],
-        **_workers(spec.get("config", {}) or {}, tc.get("scalingConfig", {}) or {}),
-        **_training(tc, framework),
-        "data": _data(spec.get("data", {}) or {}),
-        "checkpoint": _checkpoint(spec.get("checkpoint", {}) or {}, environ),
-        "tuneConfig": spec.get("tuneConfig"),
-        "spec": spec,
-    }
-    if job["mode"] == "tune":
+    mode = spec["mode"]
+    training = _training(tc, tc.get("framework") or "pytorch")
+    job = Job(
+        name=spec.get("name") or "",
+        name_source="spec" if spec.get("name") else "derived",
+        mode=mode,
+        workers=_workers(spec.get("config", {}) or {}, tc.get("scalingConfig", {}) or {}),
+        training=training,
+        data=data_block(spec.get("data", {}) or {}),
+        checkpoint=_checkpoint(spec.get("checkpoint", {}) or {}, environ),
+    )
+    if mode == "tune":
         from training.tune_spec import normalize_tune
 
-        job["tune"] = normalize_tune(spec, job)
-    if not job["name"]:
+        job = dataclasses.replace(job, tune=normalize_tune(spec.get("tuneConfig") or {}, job.training, job.workers))
+    if not job.name:
         from training.identity import derived_name
 
-        job["name"] = derived_name(job)
+        job = dataclasses.replace(job, name=derived_name(job))
     return job
 
 
-def _workers(cfg: Mapping[str, Any], sc: Mapping[str, Any]) -> dict[str, Any]:
+def _workers(cfg: Mapping[str, Any], sc: Mapping[str, Any]) -> Workers:
     """How many workers and what each holds: ``trainConfig.scalingConfig`` over ``config``."""
     rpw = {**(cfg.get("resourcesPerWorker") or {}), **(sc.get("resourcesPerWorker") or {})}
     use_gpu = bool(sc.get("useGpu", cfg.get("useGpu", False))) or float(rpw.get("gpu", 0) or 0) > 0
     workers = sc.get("numWorkers", cfg.get("numWorkers", 1))
     elastic = isinstance(workers, dict)
-    return {
-        "numWorkers": int(workers["max"] if elastic else workers),
-        "minWorkers": int(workers["min"]) if elastic else None,
-        "healthCheck": dict(cfg.get("healthCheck") or {}),
-        "useGpu": use_gpu,
-        "cpuPerWorker": float(rpw.get("cpu", 1)),
-        "gpuPerWorker": float(rpw.get("gpu", 1 if use_gpu else 0)),
-        "placementStrategy": sc.get("placementStrategy", "PACK"),
-        "resourceWaitSeconds": float(cfg.get("resourceWaitSeconds", 30)),
-    }
+    return Workers(
+        count=int(workers["max"] if elastic else workers),
+        min_count=int(workers["min"]) if elastic else None,
+        use_gpu=use_gpu,
+        cpu=float(rpw.get("cpu", 1)),
+        gpu=float(rpw.get("gpu", 1 if use_gpu else 0)),
+        placement_strategy=sc.get("placementStrategy", "PACK"),
+        resource_wait_s=float(cfg.get("resourceWaitSeconds", 30)),
+        health_check=freeze(cfg.get("healthCheck") or {}),
+    )
 
 
-def _training(tc: Mapping[str, Any], framework: str | None) -> dict[str, Any]:
+def _training(tc: Mapping[str, Any], framework: str) -> Training:
     """What is trained and how: the framework's defaults under ``trainConfig``."""
-    fdefaults = FRAMEWORK_DEFAULTS.get(framework or "pytorch")
+    fdefaults = FRAMEWORK_DEFAULTS[framework]
     model = tc.get("model") or {}
-    return {
-        "collectiveTimeoutSeconds": tc.get("collectiveTimeoutSeconds"),
-        "framework": framework,
-        "trainerPath": tc.get("trainerPath"),
-        "epochs": int(tc.get("epochs", fdefaults["epochs"])),
-        "batchSize": int(tc.get("batchSize", fdefaults["batchSize"])),
-        "lr": float(tc.get("lr", fdefaults["lr"])),
-        "seed": int(tc.get("seed", 42)),
-        "model": {
-            "filters": list(model.get("filters", [64, 128, 256])),
-            "dense": int(model.get("dense", 512)),
-            "convDropout": float(model.get("convDropout", 0.25)),
-            "denseDropout": float(model.get("denseDropout", 0.5)),
-        },
-        "xgboost": dict(tc.get("xgboost") or {}),
-        "params": dict(tc.get("params") or {}),
-    }
+    default = Model()
+    timeout = tc.get("collectiveTimeoutSeconds")
+    return Training(
+        framework=framework,
+        trainer_path=tc.get("trainerPath"),
+        epochs=int(tc.get("epochs", fdefaults["epochs"])),
+        batch_size=int(tc.get("batchSize", fdefaults["batchSize"])),
+        lr=float(tc.get("lr", fdefaults["lr"])),
+        seed=int(tc.get("seed", 42)),
+        model=Model(
+            filters=tuple(model.get("filters", default.filters)),
+            dense=int(model.get("dense", default.dense)),
+            conv_dropout=float(model.get("convDropout", default.conv_dropout)),
+            dense_dropout=float(model.get("denseDropout", default.dense_dropout)),
+        ),
+        xgboost=freeze(tc.get("xgboost") or {}),
+        params=freeze(tc.get("params") or {}),
+        collective_timeout_s=int(timeout) if timeout else None,
+    )
 
 
-def _data(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "source": data.get("source", "digits"),
-        "path": (_abs_storage(data["path"]) if data.get("path") else None),
-        "validationFraction": float(data.get("validationFraction", 0.2)),
-        "maxTrainSamples": data.get("maxTrainSamples"),
-        "maxValSamples": data.get("maxValSamples"),
-        "numSamples": int(data.get("numSamples", 2048)),
-        "verifyOnDriver": bool(data.get("verifyOnDriver", True)),
-    }
+def data_block(data: Mapping[str, Any]) -> Data:
+    """A spec's ``data`` block (validated) with its defaults, as the data loaders take it."""
+    return Data(
+        source=data.get("source", "digits"),
+        path=(_abs_storage(data["path"]) if data.get("path") else None),
+        validation_fraction=float(data.get("validationFraction", 0.2)),
+        max_train_samples=data.get("maxTrainSamples"),
+        max_val_samples=data.get("maxValSamples"),
+        num_samples=int(data.get("numSamples", 2048)),
+        verify_on_driver=bool(data.get("verifyOnDriver", True)),
+    )
 
 
-def _checkpoint(ck: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+def _checkpoint(ck: Mapping[str, Any], environ: Mapping[str, str]) -> Checkpoint:
     """Where checkpoints go (the spec, else $TRAINING_STORAGE_PATH, else the default folder) and how many stay."""
     storage = ck.get("storagePath") or environ.get(STORAGE_ENV) or DEFAULT_STORAGE
     resume_from = ck.get("resumeFrom")
-    return {
-        "storagePath": _abs_storage(storage),
-        "storageSource": "spec" if ck.get("storagePath") else (STORAGE_ENV if environ.get(STORAGE_ENV) else "default"),
-        "everyEpochs": int(ck.get("everyEpochs", 1)),
-        "keepBest": ck.get("keepBest"),
-        "metric": ck.get("metric", "val_accuracy"),
-        "metricMode": ck.get("metricMode", "max"),
-        "maxFailures": int(ck.get("maxFailures", 2)),
-        "resumeFrom": _abs_storage(resume_from) if resume_from else None,
-    }
+    return Checkpoint(
+        storage_path=_abs_storage(storage),
+        storage_source="spec" if ck.get("storagePath") else (STORAGE_ENV if environ.get(STORAGE_ENV) else "default"),
+        every_epochs=int(ck.get("everyEpochs", 1)),
+        keep_best=ck.get("keepBest"),
+        metric=ck.get("metric", "val_accuracy"),
+        metric_mode=ck.get("metricMode", "max"),
+        max_failures=int(ck.get("maxFailures", 2)),
+        resume_from=_abs_storage(resume_from) if resume_from else None,
+    )
 
 
-def load_job(path: str | os.PathLike, environ: Mapping[str, str] | None = None) -> dict:
+def load_job(path: str | os.PathLike, environ: Mapping[str, str] | None = None) -> Job:
     """Load, validate and normalize a spec file."""
     spec = load_spec_file(path)
     validate_spec(spec)
     return normalize(spec, environ)
-
-
-def run_path(job: Mapping[str, Any]) -> str:
-    """``<storage>/<name>``: Ray Train's run folder, where checkpoints and result.json go."""
-    storage = job["checkpoint"]["storagePath"]
-    return storage.rstrip("/") + "/" + job["name"]
-
-
-def hyperparameters(job: Mapping[str, Any]) -> dict:
-    """What ``results.bestConfig`` reports: the knobs that shaped this run."""
-    out = {
-        "framework": job["framework"],
-        "numWorkers": job["numWorkers"],
-        "epochs": job["epochs"],
-        "batchSize": job["batchSize"],
-        "lr": job["lr"],
-        "seed": job["seed"],
-        "dataSource": job["data"]["source"],
-    }
-    if job["framework"] == "xgboost":
-        out["xgboost"] = job["xgboost"]
-    elif not job["trainerPath"]:
-        out["model"] = job["model"]
-    if job["trainerPath"]:
-        out["trainerPath"] = job["trainerPath"]
-        out["params"] = job["params"]
-    return out

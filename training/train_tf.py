@@ -23,7 +23,7 @@ def train(ctx: WorkerContext) -> None:
     k = keras()
     tf.get_logger().setLevel("ERROR")  # MWMS logs every collective it builds at INFO
     try:
-        tf.config.threading.set_intra_op_parallelism_threads(max(1, int(ctx.job["cpuPerWorker"])))
+        tf.config.threading.set_intra_op_parallelism_threads(ctx.threads)
     except RuntimeError:
         pass  # already initialized in this process
     k.utils.set_random_seed(ctx.seed)
@@ -73,9 +73,9 @@ def _model(ctx: WorkerContext, strategy, shard):
     from training.models_tf import build_cnn, keras
 
     k = keras()
-    mc = ctx.model_config
+    mc = ctx.model
     with strategy.scope():
-        model = build_cnn(shard.input_shape, shard.num_classes, mc["filters"], mc["dense"], mc["convDropout"], mc["denseDropout"])
+        model = build_cnn(shard.input_shape, shard.num_classes, mc.filters, mc.dense, mc.conv_dropout, mc.dense_dropout)
         optimizer = k.optimizers.Adam(learning_rate=ctx.lr)
         model.compile(optimizer=optimizer,
                       loss=k.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -88,7 +88,7 @@ def _model(ctx: WorkerContext, strategy, shard):
 
         restored = ctx.restore(load)
     if ctx.rank == 0 and not restored:
-        ctx.log(f"tensorflow CNN {mc['filters']}/{mc['dense']}: {model.count_params():,} parameters; "
+        ctx.log(f"tensorflow CNN {list(mc.filters)}/{mc.dense}: {model.count_params():,} parameters; "
                 f"{ctx.world_size} worker(s) x {len(shard.x_train)} training samples "
                 f"({shard.source}, input {shard.input_shape}), {strategy.num_replicas_in_sync} replicas in sync")
     return model, tf_ckpt

@@ -25,10 +25,10 @@ def train(ctx: WorkerContext) -> None:
     from training.models_torch import build_cnn, count_parameters
 
     torch.manual_seed(ctx.seed)
-    torch.set_num_threads(max(1, int(ctx.job["cpuPerWorker"])))
+    torch.set_num_threads(ctx.threads)
     shard = ctx.data()
-    mc = ctx.model_config
-    model = build_cnn(shard.input_shape, shard.num_classes, mc["filters"], mc["dense"], mc["convDropout"], mc["denseDropout"])
+    mc = ctx.model
+    model = build_cnn(shard.input_shape, shard.num_classes, mc.filters, mc.dense, mc.conv_dropout, mc.dense_dropout)
     optimizer = torch.optim.Adam(model.parameters(), lr=ctx.lr)
 
     def load(directory: str) -> None:
@@ -37,7 +37,7 @@ def train(ctx: WorkerContext) -> None:
         optimizer.load_state_dict(state["optimizer"])
 
     if not ctx.restore(load) and ctx.rank == 0:
-        ctx.log(f"pytorch CNN {mc['filters']}/{mc['dense']}: {count_parameters(model):,} parameters; "
+        ctx.log(f"pytorch CNN {list(mc.filters)}/{mc.dense}: {count_parameters(model):,} parameters; "
                 f"{ctx.world_size} worker(s) x {len(shard.x_train)} training samples "
                 f"({shard.source}, input {shard.input_shape})")
     bare = model

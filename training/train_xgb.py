@@ -21,7 +21,6 @@ def train(ctx: WorkerContext) -> None:
 
     import xgboost as xgb
 
-    job = ctx.job
     shard = ctx.data()
     x_tr, y_tr, x_va, y_va = shard.tabular()
     dtrain = xgb.DMatrix(x_tr, label=y_tr)
@@ -34,9 +33,9 @@ def train(ctx: WorkerContext) -> None:
         "max_depth": 6,
         "eta": ctx.lr,
         "seed": ctx.seed,
-        "nthread": max(1, int(job["cpuPerWorker"])),
+        "nthread": ctx.threads,
     }
-    params.update(job.get("xgboost") or {})
+    params.update(ctx.xgboost)
     booster = None
 
     def load(directory: str) -> None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from training.env import TF_WORKER_ENV
 from training.errors import SpecError
 from training.faults import NO_HOOKS, TestHooks
+from training.job import Job, Training, Workers
 
 FRAMEWORKS = ("pytorch", "tensorflow", "xgboost")
 
@@ -44,12 +45,12 @@ def builtin_trainer(framework: str) -> Callable:
     return train
 
 
-def collective_timeout(job: dict[str, Any], environ=None) -> int | None:
+def collective_timeout(training: Training, environ=None) -> int | None:
     """The process group's collective timeout in seconds (what makes a hung collective fail instead of waiting
     forever): the spec's ``trainConfig.collectiveTimeoutSeconds``, else the chart's environment variable, else None
     (Ray Train's default, 1800 s)."""
-    if job.get("collectiveTimeoutSeconds"):
-        return int(job["collectiveTimeoutSeconds"])
+    if training.collective_timeout_s:
+        return training.collective_timeout_s
     environ = os.environ if environ is None else environ
     raw = environ.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
     if not raw:
@@ -64,9 +65,9 @@ def collective_timeout(job: dict[str, Any], environ=None) -> int | None:
 
 
 @contextlib.contextmanager
-def health_check_settings(job: dict[str, Any]) -> Iterator[dict[str, str]]:
+def health_check_settings(health_check: Mapping[str, float]) -> Iterator[dict[str, str]]:
     """``config.healthCheck`` in the driver's environment while a trainer starts its controller (restored after)."""
-    wanted = {HEALTH_CHECK_ENV[k]: f"{float(v):g}" for k, v in (job.get("healthCheck") or {}).items()}
+    wanted = {HEALTH_CHECK_ENV[k]: f"{float(v):g}" for k, v in health_check.items()}
     saved = {k: os.environ.get(k) for k in wanted}
     os.environ.update(wanted)
     try:
@@ -79,46 +80,46 @@ def health_check_settings(job: dict[str, Any]) -> Iterator[dict[str, str]]:
                 os.environ[key] = value
 
 
-def scaling_config(job: dict[str, Any]):
+def scaling_config(workers: Workers):
     import ray.train
 
-    resources = {"CPU": job["cpuPerWorker"]}
-    if job["gpuPerWorker"]:
-        resources["GPU"] = job["gpuPerWorker"]
-    workers = (job["minWorkers"], job["numWorkers"]) if job.get("minWorkers") else job["numWorkers"]
-    return ray.train.ScalingConfig(num_workers=workers, use_gpu=job["useGpu"], resources_per_worker=resources,
-                                   placement_strategy=job["placementStrategy"])
+    resources = {"CPU": workers.cpu}
+    if workers.gpu:
+        resources["GPU"] = workers.gpu
+    count = (workers.min_count, workers.count) if workers.min_count else workers.count
+    return ray.train.ScalingConfig(num_workers=count, use_gpu=workers.use_gpu, resources_per_worker=resources,
+                                   placement_strategy=workers.placement_strategy)
 
 
-def build_trainer(job: dict[str, Any], user_fn: Callable | None = None, hooks: TestHooks = NO_HOOKS,
+def build_trainer(job: Job, user_fn: Callable | None = None, hooks: TestHooks = NO_HOOKS,
                   callbacks: list | None = None):
     """The Ray Train trainer of ``job`` (``fit()`` runs it); ``callbacks``: Ray Train ``UserCallback``s."""
     import ray.train
 
     from training.worker import run_worker
 
-    framework = job["framework"]
+    framework = job.training.framework
     fn = user_fn if user_fn is not None else builtin_trainer(framework)
     config: dict[str, Any] = {"job": job, "fn": fn, "user": user_fn is not None, "hooks": hooks}
-    ck = job["checkpoint"]
+    ck = job.checkpoint
     run_config = ray.train.RunConfig(
-        name=job["name"],
-        storage_path=ck["storagePath"],
-        failure_config=ray.train.FailureConfig(max_failures=ck["maxFailures"]),
+        name=job.name,
+        storage_path=ck.storage_path,
+        failure_config=ray.train.FailureConfig(max_failures=ck.max_failures),
         checkpoint_config=ray.train.CheckpointConfig(
-            num_to_keep=ck["keepBest"],
-            checkpoint_score_attribute=ck["metric"] if ck["keepBest"] else None,
-            checkpoint_score_order=ck["metricMode"]),
+            num_to_keep=ck.keep_best,
+            checkpoint_score_attribute=ck.metric if ck.keep_best else None,
+            checkpoint_score_order=ck.metric_mode),
         # Ray Train logs every report of every worker at INFO: the console keeps our progress lines instead.
         logging_config=ray.train.LoggingConfig(log_level="WARNING"),
         callbacks=callbacks,
         worker_runtime_env={"env_vars": dict(TF_WORKER_ENV)} if framework == "tensorflow" else None,
     )
-    common = dict(train_loop_config=config, scaling_config=scaling_config(job), run_config=run_config)
+    common = dict(train_loop_config=config, scaling_config=scaling_config(job.workers), run_config=run_config)
     if framework == "pytorch":
         from ray.train.torch import TorchConfig, TorchTrainer
 
-        timeout = collective_timeout(job)
+        timeout = collective_timeout(job.training)
         return TorchTrainer(run_worker, torch_config=TorchConfig(timeout_s=timeout) if timeout else TorchConfig(),
                             **common)
     if framework == "tensorflow":

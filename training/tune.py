@@ -10,6 +10,7 @@ checks that one trial fits the cluster, and how many fit at once. The experiment
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import sys
 import time
@@ -20,7 +21,7 @@ from typing import Any
 from training import storage, tune_events
 from training.errors import ResourceError, SpecError
 from training.faults import NO_HOOKS, TestHooks
-from training.spec import run_path
+from training.job import Job, SearchParam, Tune, Workers, thaw
 from training.tune_events import say
 
 #: A trial's own process needs some resource for Ray to place it; a train-runner trial only drives its Ray Train
@@ -30,56 +31,57 @@ DRIVER_MEMORY = 64 * 2**20
 
 # ---------------------------------------------------------------- before Ray: resume or not
 
-def experiment_exists(job: dict[str, Any]) -> bool:
+def experiment_exists(run_path: str) -> bool:
+    """Whether ``run_path`` holds a Tune experiment that ``Tuner.restore`` can continue."""
     from ray import tune
 
-    fs, path = storage.filesystem(run_path(job))
+    fs, path = storage.filesystem(run_path)
     return bool(tune.Tuner.can_restore(path, storage_filesystem=fs))
 
 
-def check_resume(job: dict[str, Any], resume: bool) -> bool:
+def check_resume(job: Job, resume: bool) -> bool:
     """True when this run continues an existing experiment. Without ``--resume`` an existing experiment is an error
     (a new search would mix its trials into the old folder)."""
-    exists = experiment_exists(job)
+    exists = experiment_exists(job.run_path)
     if exists and not resume:
         raise SpecError(
-            f"{run_path(job)} already holds a Tune experiment named {job['name']!r}: run again with --resume to "
+            f"{job.run_path} already holds a Tune experiment named {job.name!r}: run again with --resume to "
             "continue it (finished trials are kept), or pick another name (--name) to start a new search",
             field="name")
     if resume and not exists:
-        say(f"--resume: no experiment at {run_path(job)} yet; starting a new one")
+        say(f"--resume: no experiment at {job.run_path} yet; starting a new one")
     return exists and resume
 
 
 # ---------------------------------------------------------------- search space, scheduler
 
-def domain(entry: dict[str, Any]):
+def domain(param: SearchParam):
     from ray import tune
 
-    t = entry["type"]
+    t = param.type
     if t == "loguniform":
-        return tune.loguniform(entry["min"], entry["max"])
+        return tune.loguniform(param.min, param.max)
     if t == "uniform":
-        return tune.uniform(entry["min"], entry["max"])
+        return tune.uniform(param.min, param.max)
     if t == "quniform":
-        return tune.quniform(entry["min"], entry["max"], entry["q"])
+        return tune.quniform(param.min, param.max, param.q)
     if t == "randint":
-        return tune.randint(int(entry["min"]), int(entry["max"]) + 1)  # Tune's upper bound is exclusive
+        return tune.randint(int(param.min), int(param.max) + 1)  # Tune's upper bound is exclusive
     if t == "choice":
-        return tune.choice(list(entry["values"]))
+        return tune.choice(thaw(param.values))
     if t == "grid":
-        return tune.grid_search(list(entry["values"]))
+        return tune.grid_search(thaw(param.values))
     raise SpecError(f"unknown distribution {t!r}", field="tuneConfig.searchSpace")
 
 
-def param_space(tcfg: dict[str, Any]) -> dict[str, Any]:
-    return {key: domain(entry) for key, entry in tcfg["searchSpace"].items()}
+def param_space(tcfg: Tune) -> dict[str, Any]:
+    return {p.key: domain(p) for p in tcfg.search_space}
 
 
-def make_scheduler(tcfg: dict[str, Any]):
+def make_scheduler(tcfg: Tune):
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, PopulationBasedTraining
 
-    name, o = tcfg["scheduler"], tcfg["schedulerConfig"]
+    name, o = tcfg.scheduler, tcfg.scheduler_config
     # Every scheduler counts in epochs: one report per epoch is one training_iteration.
     if name == "asha":
         return ASHAScheduler(time_attr="training_iteration", max_t=o["maxT"], grace_period=o["gracePeriod"],
@@ -88,7 +90,7 @@ def make_scheduler(tcfg: dict[str, Any]):
         return MedianStoppingRule(time_attr="training_iteration", grace_period=o["gracePeriod"],
                                   min_samples_required=o["minSamplesRequired"])
     if name == "pbt":
-        mutations = {k: domain(e) for k, e in tcfg["searchSpace"].items() if e["type"] != "grid"}
+        mutations = {p.key: domain(p) for p in tcfg.search_space if p.type != "grid"}
         return PopulationBasedTraining(time_attr="training_iteration", perturbation_interval=o["perturbationInterval"],
                                        hyperparam_mutations=mutations, quantile_fraction=o["quantileFraction"],
                                        resample_probability=o["resampleProbability"], synch=o["synch"])
@@ -97,28 +99,26 @@ def make_scheduler(tcfg: dict[str, Any]):
 
 # ---------------------------------------------------------------- resources
 
-def trial_resources(job: dict[str, Any]) -> tuple[dict[str, float], dict[str, float]]:
+def trial_resources(tcfg: Tune, workers: Workers) -> tuple[dict[str, float], dict[str, float]]:
     """(what the trial's own process holds, what the whole trial holds) in Ray resource names."""
-    tcfg = job["tune"]
-    own = {"CPU": tcfg["resourcesPerTrial"]["cpu"], "GPU": tcfg["resourcesPerTrial"]["gpu"]}
+    own = {"CPU": tcfg.trial_cpu, "GPU": tcfg.trial_gpu}
     total = dict(own)
-    if tcfg["trialRunner"] == "train":
-        total["CPU"] += job["numWorkers"] * job["cpuPerWorker"]
-        total["GPU"] += job["numWorkers"] * job["gpuPerWorker"]
+    if tcfg.trial_runner == "train":
+        total["CPU"] += workers.count * workers.cpu
+        total["GPU"] += workers.count * workers.gpu
     return own, total
 
 
-def check_trial_fits(job: dict[str, Any]) -> int:
+def check_trial_fits(tcfg: Tune, workers: Workers) -> int:
     """Fail before any trial unless one trial fits the cluster; return how many fit at once."""
     from training.cluster import check_resources, describe, fits, node_totals
 
-    tcfg = job["tune"]
-    own, total = trial_resources(job)
+    own, total = trial_resources(tcfg, workers)
     totals = node_totals()
-    if tcfg["trialRunner"] == "train":
+    if tcfg.trial_runner == "train":
         # The Ray Train workers of one trial: the same check as mode: train (fails at once beyond the cluster, waits
         # config.resourceWaitSeconds for busy resources).
-        check_resources(job)
+        check_resources(workers)
     bundle = {k: v for k, v in own.items() if v}
     if bundle and fits(totals, bundle, 1) < 1:
         raise ResourceError(
@@ -136,26 +136,25 @@ def check_trial_fits(job: dict[str, Any]) -> int:
 
 # ---------------------------------------------------------------- run
 
-def _announce(job: dict[str, Any], restoring: bool, concurrent: int, fit_at_once: int) -> None:
-    tcfg = job["tune"]
-    own, total = trial_resources(job)
-    runner_name = tcfg["trialRunner"]
-    per_trial = (f"{job['numWorkers']} worker(s) x {job['cpuPerWorker']:g} CPU" if runner_name == "train"
-                 else f"{own['CPU']:g} CPU")
-    say(f"{'resuming' if restoring else 'starting'} experiment {run_path(job)}: {tcfg['numSamples']} sample(s), "
-        f"scheduler {tcfg['scheduler']}, {tcfg['metric']} ({tcfg['mode']}), trial runner {runner_name} "
+def _announce(job: Job, restoring: bool, concurrent: int, fit_at_once: int) -> None:
+    tcfg, w = job.tune, job.workers
+    own, total = trial_resources(tcfg, w)
+    runner_name = tcfg.trial_runner
+    per_trial = f"{w.count} worker(s) x {w.cpu:g} CPU" if runner_name == "train" else f"{own['CPU']:g} CPU"
+    say(f"{'resuming' if restoring else 'starting'} experiment {job.run_path}: {tcfg.num_samples} sample(s), "
+        f"scheduler {tcfg.scheduler}, {tcfg.metric} ({tcfg.mode}), trial runner {runner_name} "
         f"({per_trial} per trial)")
     gpu = f", {total['GPU']:g} GPU" if total["GPU"] else ""
     say(f"{concurrent} trial(s) at once ({fit_at_once} fit the cluster: {total['CPU']:g} CPU{gpu} per trial)")
 
 
-def _trainable(job: dict[str, Any], user_fn: Callable | None, hooks: TestHooks):
+def _trainable(job: Job, user_fn: Callable | None, hooks: TestHooks):
     from ray import tune
 
     from training.tune_trial import local_trial, train_trial
 
-    own, _ = trial_resources(job)
-    fn = local_trial if job["tune"]["trialRunner"] == "local" else train_trial
+    own, _ = trial_resources(job.tune, job.workers)
+    fn = local_trial if job.tune.trial_runner == "local" else train_trial
     trainable = tune.with_parameters(fn, base_job=job, user_fn=user_fn, hooks=hooks)
     resources: dict[str, float] = {"cpu": own["CPU"], "gpu": own["GPU"]}
     if not own["CPU"] and not own["GPU"]:
@@ -163,58 +162,58 @@ def _trainable(job: dict[str, Any], user_fn: Callable | None, hooks: TestHooks):
     return tune.with_resources(trainable, resources)
 
 
-def _new_tuner(job: dict[str, Any], trainable, concurrent: int):
+def _new_tuner(job: Job, trainable, concurrent: int):
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
 
-    tcfg = job["tune"]
+    tcfg = job.tune
     return tune.Tuner(
         trainable,
         param_space=param_space(tcfg),
         tune_config=tune.TuneConfig(
-            metric=tcfg["metric"], mode=tcfg["mode"], scheduler=make_scheduler(tcfg),
-            num_samples=tcfg["numSamples"], reuse_actors=False,
+            metric=tcfg.metric, mode=tcfg.mode, scheduler=make_scheduler(tcfg),
+            num_samples=tcfg.num_samples, reuse_actors=False,
             # The same seed samples the same configs (ASHA and FIFO of bench-tune see the same trials).
-            search_alg=BasicVariantGenerator(max_concurrent=concurrent, random_state=tcfg["seed"]),
+            search_alg=BasicVariantGenerator(max_concurrent=concurrent, random_state=tcfg.seed),
             trial_dirname_creator=lambda t: f"trial-{tune_events.trial_index(t.trial_id):03d}",
         ),
         run_config=tune.RunConfig(
-            name=job["name"], storage_path=job["checkpoint"]["storagePath"], verbose=0,
-            failure_config=tune.FailureConfig(max_failures=tcfg["maxFailures"]),
+            name=job.name, storage_path=job.checkpoint.storage_path, verbose=0,
+            failure_config=tune.FailureConfig(max_failures=tcfg.max_failures),
             # PBT clones checkpoints between trials: a clone's owner deleting it breaks the other trial.
-            checkpoint_config=tune.CheckpointConfig(num_to_keep=None if tcfg["scheduler"] == "pbt"
-                                                    else tcfg["keepCheckpointsPerTrial"],
-                                                    checkpoint_score_attribute=tcfg["metric"],
-                                                    checkpoint_score_order=tcfg["mode"]),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=None if tcfg.scheduler == "pbt"
+                                                    else tcfg.keep_checkpoints_per_trial,
+                                                    checkpoint_score_attribute=tcfg.metric,
+                                                    checkpoint_score_order=tcfg.mode),
             # Tune pickles these with the experiment; restored, they read this run's settings (tune_events).
-            callbacks=[tune_events.Progress(job["name"])], stop=tune_events.Abort(job["name"]),
+            callbacks=[tune_events.Progress(job.name)], stop=tune_events.Abort(job.name),
         ),
     )
 
 
-def run_experiment(job: dict[str, Any], user_fn: Callable | None, cluster: dict, *, resume: bool,
+def run_experiment(job: Job, user_fn: Callable | None, cluster: dict, *, resume: bool,
                    hooks: TestHooks = NO_HOOKS) -> tuple[dict, int, float]:
     """Run (or resume) the search; returns (result, exit code, seconds in Tuner.fit)."""
     from ray import tune
 
     from training.tune_summary import summarize
 
-    tcfg = job["tune"]
-    if job["checkpoint"]["everyEpochs"] != 1:
-        say(f"checkpoint.everyEpochs {job['checkpoint']['everyEpochs']} -> 1: in mode tune every epoch is reported "
+    tcfg = job.tune
+    if job.checkpoint.every_epochs != 1:
+        say(f"checkpoint.everyEpochs {job.checkpoint.every_epochs} -> 1: in mode tune every epoch is reported "
             "(and checkpointed) so that the scheduler sees each one")
-        job["checkpoint"]["everyEpochs"] = 1
-    fit_at_once = check_trial_fits(job)
-    concurrent = tcfg["maxConcurrentTrials"] or fit_at_once
-    restoring = resume and experiment_exists(job)
+        job = dataclasses.replace(job, checkpoint=dataclasses.replace(job.checkpoint, every_epochs=1))
+    fit_at_once = check_trial_fits(tcfg, job.workers)
+    concurrent = tcfg.max_concurrent_trials or fit_at_once
+    restoring = resume and experiment_exists(job.run_path)
     _announce(job, restoring, concurrent, fit_at_once)
     trainable = _trainable(job, user_fn, hooks)
     search = tune_events.begin(tune_events.SearchState(
-        name=job["name"], metric=tcfg["metric"], epochs=job["epochs"], scheduler=tcfg["scheduler"],
-        journal=tune_events.Journal(run_path(job)), interrupt_after=hooks.interrupt_after_trials))
+        name=job.name, metric=tcfg.metric, epochs=job.training.epochs, scheduler=tcfg.scheduler,
+        journal=tune_events.Journal(job.run_path), interrupt_after=hooks.interrupt_after_trials))
     try:
         if restoring:
-            fs, path = storage.filesystem(run_path(job))
+            fs, path = storage.filesystem(job.run_path)
             tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, resume_errored=False,
                                        restart_errored=False, storage_filesystem=fs)
         else:
@@ -227,7 +226,7 @@ def run_experiment(job: dict[str, Any], user_fn: Callable | None, cluster: dict,
             grid = tuner.fit()
         fit_s = time.time() - t0
     finally:
-        tune_events.end(job["name"])
+        tune_events.end(job.name)
     result, code = summarize(job, grid, search, cluster, fit_s)
     result["results"]["resumed"] = bool(restoring)
     result["results"]["maxConcurrentTrials"] = int(concurrent)

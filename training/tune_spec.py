@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from training.errors import SpecError
+from training.job import SearchParam, Training, Tune, Workers, freeze
 
 DISTRIBUTIONS = ("loguniform", "uniform", "quniform", "randint", "choice", "grid")
 SCHEDULERS = ("asha", "pbt", "median", "fifo")
@@ -244,66 +245,48 @@ def resolve_runner(runner: str, workers: int) -> str:
     return runner
 
 
-def normalize_tune(spec: Mapping[str, Any], job: dict[str, Any]) -> dict[str, Any]:
-    """The normalized ``tuneConfig`` (defaults filled in); called for a validated ``mode: tune`` spec."""
-    tc = dict(spec.get("tuneConfig") or {})
-    framework = job["framework"]
-    user_trainer = bool(job["trainerPath"])
-    space = {}
+def normalize_tune(tc: Mapping[str, Any], training: Training, workers: Workers) -> Tune:
+    """The normalized ``tuneConfig`` (defaults filled in) of a validated ``mode: tune`` spec."""
+    space = []
     for key, dist in tc["searchSpace"].items():
-        target, info = target_of(key, framework, user_trainer, f"tuneConfig.searchSpace.{key}")
-        space[key] = {"target": target, "kind": info[0], **dist}
+        target, info = target_of(key, training.framework, bool(training.trainer_path), f"tuneConfig.searchSpace.{key}")
+        space.append(SearchParam(key=key, target=target, kind=info[0], type=dist["type"], min=dist.get("min"),
+                                 max=dist.get("max"), q=dist.get("q"), values=freeze(dist.get("values"))))
     scheduler = tc.get("scheduler", "fifo")
-    opts = dict(tc.get("schedulerConfig") or {})
-    epochs = job["epochs"]
+    runner = resolve_runner(tc.get("trialRunner", "auto"), workers.count)
+    rpt = tc.get("resourcesPerTrial") or {}
+    own_cpu, own_gpu = (workers.cpu, workers.gpu) if runner == "local" else (0, 0)
+    return Tune(
+        search_space=tuple(space),
+        scheduler=scheduler,
+        scheduler_config=freeze(_scheduler_options(scheduler, tc.get("schedulerConfig") or {}, training.epochs)),
+        num_samples=int(tc.get("numSamples", 1)),
+        metric=tc["metric"],
+        mode=tc["mode"],
+        max_concurrent_trials=tc.get("maxConcurrentTrials"),
+        trial_cpu=float(rpt.get("cpu", own_cpu)),
+        trial_gpu=float(rpt.get("gpu", own_gpu)),
+        max_failures=int(tc.get("maxFailures", 2)),
+        trial_runner=runner,
+        seed=int(tc.get("seed", training.seed)),
+        keep_checkpoints_per_trial=int(tc.get("keepCheckpointsPerTrial", DEFAULT_KEEP_CHECKPOINTS)),
+    )
+
+
+def _scheduler_options(scheduler: str, opts: Mapping[str, Any], epochs: int) -> dict[str, Any]:
+    """A scheduler's options with their defaults (the trial's epochs bound ASHA's maxT and PBT's interval)."""
     if scheduler == "asha":
-        opts = {"gracePeriod": int(opts.get("gracePeriod", 1)), "reductionFactor": float(opts.get("reductionFactor", 3)),
+        return {"gracePeriod": int(opts.get("gracePeriod", 1)), "reductionFactor": float(opts.get("reductionFactor", 3)),
                 "maxT": int(opts.get("maxT", epochs)), "brackets": int(opts.get("brackets", 1))}
-    elif scheduler == "median":
-        opts = {"gracePeriod": int(opts.get("gracePeriod", 1)),
+    if scheduler == "median":
+        return {"gracePeriod": int(opts.get("gracePeriod", 1)),
                 "minSamplesRequired": int(opts.get("minSamplesRequired", 3))}
-    elif scheduler == "pbt":
-        opts = {"perturbationInterval": int(opts.get("perturbationInterval", default_perturbation_interval(epochs))),
+    if scheduler == "pbt":
+        return {"perturbationInterval": int(opts.get("perturbationInterval", default_perturbation_interval(epochs))),
                 "quantileFraction": float(opts.get("quantileFraction", 0.25)),
                 "resampleProbability": float(opts.get("resampleProbability", 0.25)),
                 "synch": bool(opts.get("synch", False))}
-    runner = resolve_runner(tc.get("trialRunner", "auto"), job["numWorkers"])
-    rpt = dict(tc.get("resourcesPerTrial") or {})
-    if runner == "local":
-        resources = {"cpu": float(rpt.get("cpu", job["cpuPerWorker"])), "gpu": float(rpt.get("gpu", job["gpuPerWorker"]))}
-    else:
-        resources = {"cpu": float(rpt.get("cpu", 0)), "gpu": float(rpt.get("gpu", 0))}
-    return {
-        "searchSpace": space,
-        "scheduler": scheduler,
-        "schedulerConfig": opts,
-        "numSamples": int(tc.get("numSamples", 1)),
-        "metric": tc["metric"],
-        "mode": tc["mode"],
-        "maxConcurrentTrials": tc.get("maxConcurrentTrials"),
-        "resourcesPerTrial": resources,
-        "maxFailures": int(tc.get("maxFailures", 2)),
-        "trialRunner": runner,
-        "seed": int(tc.get("seed", job["seed"])),
-        "keepCheckpointsPerTrial": int(tc.get("keepCheckpointsPerTrial", DEFAULT_KEEP_CHECKPOINTS)),
-    }
-
-
-def set_path(job: dict[str, Any], target: str, value: Any, kind: str) -> None:
-    """Write one sampled value into a trial's job (``lr``, ``model.dense``, ``params.hidden`` ...)."""
-    if kind == "int" and isinstance(value, float) and value.is_integer():
-        value = int(value)
-    elif kind == "int":
-        value = int(round(value))
-    elif kind == "float":
-        value = float(value)
-    elif hasattr(value, "item"):  # numpy scalar from a sampler
-        value = value.item()
-    node = job
-    *parents, leaf = target.split(".")
-    for p in parents:
-        node = node.setdefault(p, {})
-    node[leaf] = value
+    return dict(opts)
 
 
 def apply_overrides(spec: dict[str, Any], sets: list[str] | None = None, num_samples: int | None = None) -> list[str]:

@@ -10,17 +10,17 @@ import os
 from typing import Any
 
 from training import storage
-from training.spec import hyperparameters, run_path
+from training.job import Job, Tune, thaw
 from training.tune_events import Journal, SearchState, fmt, say
 
 TRIALS_CSV = "trials.csv"
 
 
-def expected_trials(tcfg: dict[str, Any]) -> int:
-    n = tcfg["numSamples"]
-    for entry in tcfg["searchSpace"].values():
-        if entry["type"] == "grid":
-            n *= len(entry["values"])
+def expected_trials(tcfg: Tune) -> int:
+    n = tcfg.num_samples
+    for param in tcfg.search_space:
+        if param.type == "grid":
+            n *= len(param.values)
     return n
 
 
@@ -56,10 +56,9 @@ def _best_value(result, metric: str, mode: str, events: list[dict[str, Any]]) ->
     return float(column.max() if mode == "max" else column.min())
 
 
-def trial_rows(job: dict[str, Any], grid, journal: Journal) -> list[dict[str, Any]]:
+def trial_rows(job: Job, grid, journal: Journal) -> list[dict[str, Any]]:
     """One row per trial of the experiment, by trial index."""
-    tcfg = job["tune"]
-    metric, mode, epochs = tcfg["metric"], tcfg["mode"], job["epochs"]
+    metric, mode, epochs = job.tune.metric, job.tune.mode, job.training.epochs
     rows = []
     for result in grid:
         index = int(os.path.basename(str(result.path).rstrip("/")).rsplit("-", 1)[-1])
@@ -124,15 +123,15 @@ def _write_local(path: str, text: str) -> None:
         fh.write(text)
 
 
-def summarize(job: dict[str, Any], grid, search: SearchState, cluster: dict, fit_s: float) -> tuple[dict, int]:
+def summarize(job: Job, grid, search: SearchState, cluster: dict, fit_s: float) -> tuple[dict, int]:
     """The result of a search from Tune's results and this package's journal; the per-trial CSV is written."""
     from training.tune_trial import trial_job
 
-    tcfg = job["tune"]
-    metric, mode = tcfg["metric"], tcfg["mode"]
+    tcfg = job.tune
+    metric, mode = tcfg.metric, tcfg.mode
     rows = trial_rows(job, grid, search.journal)
-    keys = list(tcfg["searchSpace"])
-    csv_path = write_csv(rows, storage.join(run_path(job), TRIALS_CSV), keys)
+    keys = [p.key for p in tcfg.search_space]
+    csv_path = write_csv(rows, storage.join(job.run_path, TRIALS_CSV), keys)
     counts = {s: sum(1 for r in rows if r["status"] == s) for s in ("completed", "early_stopped", "errored")}
     unfinished = [r for r in rows if r["status"] not in ("completed", "early_stopped", "errored")]
     never_started = 0 if search.abort else max(expected_trials(tcfg) - len(rows), 0)
@@ -150,24 +149,24 @@ def summarize(job: dict[str, Any], grid, search: SearchState, cluster: dict, fit
         "totalTrialIterations": sum(r["iterations"] for r in rows),
         "metric": metric,
         "metricMode": mode,
-        "scheduler": tcfg["scheduler"],
-        "schedulerConfig": tcfg["schedulerConfig"],
-        "trialRunner": tcfg["trialRunner"],
-        "framework": job["framework"],
-        "numWorkers": job["numWorkers"] if tcfg["trialRunner"] == "train" else 1,
+        "scheduler": tcfg.scheduler,
+        "schedulerConfig": thaw(tcfg.scheduler_config),
+        "trialRunner": tcfg.trial_runner,
+        "framework": job.training.framework,
+        "numWorkers": job.workers.count if tcfg.trial_runner == "train" else 1,
         "trialsCsv": csv_path,
-        **({"pbtExploits": _pbt_exploits(run_path(job))} if tcfg["scheduler"] == "pbt" else {}),
+        **({"pbtExploits": _pbt_exploits(job.run_path)} if tcfg.scheduler == "pbt" else {}),
         "interrupted": bool(unfinished or never_started),
         "trials": [{k: r[k] for k in ("trial", "trialId", "status", "config", "epochs", "bestMetric", "failures")}
                    for r in rows],
     }
-    out: dict[str, Any] = {"clusterStatus": cluster, "trainingTime": round(fit_s, 3), "runPath": run_path(job)}
+    out: dict[str, Any] = {"clusterStatus": cluster, "trainingTime": round(fit_s, 3), "runPath": job.run_path}
     if best is not None:
         results["bestConfig"] = dict(best["config"])
         results["bestMetric"] = float(best["bestMetric"])
         results["bestTrialId"] = best["trialId"]
         results["bestEpoch"] = best["bestEpoch"]
-        results["bestTrainConfig"] = hyperparameters(trial_job(job, best["config"], best["trialId"], best["path"] or ""))
+        results["bestTrainConfig"] = trial_job(job, best["config"], best["trialId"]).hyperparameters()
         if best["checkpointPath"]:
             out["checkpointPath"] = best["checkpointPath"]
             results["bestCheckpointMetric"] = best["bestCheckpointMetric"]

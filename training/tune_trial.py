@@ -17,7 +17,7 @@ Two trial runners (``tuneConfig.trialRunner``; see docs/training.md, "Hyperparam
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -28,8 +28,8 @@ from typing import Any
 
 from training import checkpointing, storage
 from training.faults import NO_HOOKS, TestHooks
+from training.job import Job, Training
 from training.tune_events import trial_index
-from training.tune_spec import set_path
 
 
 class MetricNotReported(ValueError):
@@ -38,26 +38,25 @@ class MetricNotReported(ValueError):
 
 # ---------------------------------------------------------------- the trial's job
 
-def trial_job(base: dict[str, Any], config: dict[str, Any], trial_id: str, trial_dir: str) -> dict[str, Any]:
-    """The normalized job of one trial: the base job with the sampled values written into their fields."""
-    job = copy.deepcopy({k: v for k, v in base.items() if k != "spec"})
-    space = base["tune"]["searchSpace"]
+def trial_job(base: Job, config: dict[str, Any], trial_id: str) -> Job:
+    """The job of one trial: the base job with the sampled values in their trainConfig fields."""
+    training = base.training
     for key, value in config.items():
-        entry = space.get(key)
-        if entry is not None:
-            set_path(job, entry["target"], value, entry["kind"])
-    job["name"] = f"{base['name']}-{trial_id}"
-    job["checkpoint"]["keepBest"] = None
-    job["checkpoint"]["resumeFrom"] = None
-    return job
+        param = base.tune.param(key)
+        if param is not None:
+            training = training.with_value(param.target, param.coerce(value))
+    return dataclasses.replace(
+        base, name=f"{base.name}-{trial_id}", training=training,
+        checkpoint=dataclasses.replace(base.checkpoint, keep_best=None, resume_from=None))
 
 
-def restore_copy(checkpoint, job: dict[str, Any]) -> str:
+def restore_copy(checkpoint, training: Training) -> str:
     """A local, writable copy of the trial's Tune checkpoint, with the trial's config applied where a checkpoint
     would override it: PyTorch's saved optimizer state carries the old learning rate, so after a PBT exploit the
     copy's ``param_groups[*].lr`` is set to the trial's ``lr`` (and the manifest's SHA-256 rewritten)."""
     local = checkpoint.to_directory(tempfile.mkdtemp(prefix="training-tune-restore-"))
-    if job["framework"] == "pytorch" and not job.get("trainerPath"):
+    lr = training.lr
+    if training.framework == "pytorch" and not training.trainer_path:
         from training.train_torch import MODEL_FILE
 
         path = os.path.join(local, MODEL_FILE)
@@ -67,13 +66,13 @@ def restore_copy(checkpoint, job: dict[str, Any]) -> str:
             meta = checkpointing.verify_local(local, "pytorch")
             state = torch.load(path, map_location="cpu", weights_only=True)
             groups = state.get("optimizer", {}).get("param_groups", [])
-            if any(abs(g.get("lr", job["lr"]) - job["lr"]) > 1e-15 for g in groups):
+            if any(abs(g.get("lr", lr) - lr) > 1e-15 for g in groups):
                 for g in groups:
-                    g["lr"] = job["lr"]
+                    g["lr"] = lr
                 torch.save(state, path)
                 checkpointing.write_manifest(local, epoch=meta["epoch"], framework=meta["framework"],
                                              history=meta.get("history") or [], metrics=meta.get("metrics") or {},
-                                             extra={**(meta.get("extra") or {}), "lrSetOnRestore": job["lr"]})
+                                             extra={**(meta.get("extra") or {}), "lrSetOnRestore": lr})
     return local
 
 
@@ -86,7 +85,7 @@ def _check_metric(metrics: dict[str, Any], metric: str) -> None:
 
 # ---------------------------------------------------------------- local: the loop runs in the trial process
 
-def local_trial(config: dict[str, Any], base_job: dict[str, Any] = None, user_fn: Callable | None = None,
+def local_trial(config: dict[str, Any], base_job: Job = None, user_fn: Callable | None = None,
                 hooks: TestHooks = NO_HOOKS):
     """Tune function trainable, ``trialRunner: local``: the trainer as a one-worker job in this process."""
     from ray import tune
@@ -97,16 +96,16 @@ def local_trial(config: dict[str, Any], base_job: dict[str, Any] = None, user_fn
 
     ctx = tune.get_context()
     trial_dir = ctx.get_trial_dir()
-    job = trial_job(base_job, config, ctx.get_trial_id(), trial_dir)
-    job["numWorkers"] = 1
-    job["cpuPerWorker"] = max(base_job["tune"]["resourcesPerTrial"]["cpu"], 1.0)
+    job = trial_job(base_job, config, ctx.get_trial_id())
+    job = dataclasses.replace(job, workers=dataclasses.replace(job.workers, count=1, min_count=None,
+                                                               cpu=max(base_job.tune.trial_cpu, 1.0)))
     restored = tune.get_checkpoint()
-    restored_dir = restore_copy(restored, job) if restored is not None else None
-    metric = base_job["tune"]["metric"]
-    session = TuneTrialSession(restored_dir, job["useGpu"], check_metrics=lambda m: _check_metric(m, metric))
+    restored_dir = restore_copy(restored, job.training) if restored is not None else None
+    metric = base_job.tune.metric
+    session = TuneTrialSession(restored_dir, job.workers.use_gpu, check_metrics=lambda m: _check_metric(m, metric))
     try:
         worker = WorkerContext(job, session, hooks.for_trial(trial_index(ctx.get_trial_id()), trial_dir))
-        run_with(worker, user_fn or builtin_trainer(job["framework"]), user=user_fn is not None)
+        run_with(worker, user_fn or builtin_trainer(job.training.framework), user=user_fn is not None)
     finally:
         if restored_dir:
             shutil.rmtree(restored_dir, ignore_errors=True)
@@ -134,10 +133,10 @@ class ForwardToTune(_UserCallback):
         self.queue.put(item, block=True)
 
 
-def _trial_run(base_job: dict[str, Any], job: dict[str, Any], trial_dir: str, restored_dir: str | None) -> None:
-    """Name, storage and starting checkpoint of the trial's Ray Train run (see the module's docstring)."""
-    runs = storage.join(base_job["checkpoint"]["storagePath"], base_job["name"], os.path.basename(trial_dir), "train")
-    handoff = base_job["tune"]["scheduler"] == "pbt"
+def _trial_run(base_job: Job, job: Job, trial_dir: str, restored_dir: str | None) -> Job:
+    """The trial's job as its own Ray Train run: name, storage and starting checkpoint (see the module's docstring)."""
+    runs = storage.join(base_job.run_path, os.path.basename(trial_dir), "train")
+    handoff = base_job.tune.scheduler == "pbt"
     if not handoff:
         name, resume_from = "run", None
     elif storage.is_uri(runs):
@@ -145,12 +144,12 @@ def _trial_run(base_job: dict[str, Any], job: dict[str, Any], trial_dir: str, re
     else:
         taken = len([d for d in os.listdir(runs) if d.startswith("run-")]) if os.path.isdir(runs) else 0
         name, resume_from = f"run-{taken}", restored_dir
-    job["name"] = name
-    job["checkpoint"].update({"storagePath": runs, "resumeFrom": resume_from, "maxFailures": 0, "keepBest": 2,
-                              "metric": base_job["tune"]["metric"], "metricMode": base_job["tune"]["mode"]})
+    checkpoint = dataclasses.replace(job.checkpoint, storage_path=runs, resume_from=resume_from, max_failures=0,
+                                     keep_best=2, metric=base_job.tune.metric, metric_mode=base_job.tune.mode)
+    return dataclasses.replace(job, name=name, checkpoint=checkpoint)
 
 
-def train_trial(config: dict[str, Any], base_job: dict[str, Any] = None, user_fn: Callable | None = None,
+def train_trial(config: dict[str, Any], base_job: Job = None, user_fn: Callable | None = None,
                 hooks: TestHooks = NO_HOOKS):
     """Tune function trainable, ``trialRunner: train``: one Ray Train run of ``config.numWorkers`` workers."""
     from ray import tune
@@ -160,18 +159,18 @@ def train_trial(config: dict[str, Any], base_job: dict[str, Any] = None, user_fn
 
     ctx = tune.get_context()
     trial_dir = ctx.get_trial_dir()
-    job = trial_job(base_job, config, ctx.get_trial_id(), trial_dir)
-    metric = base_job["tune"]["metric"]
+    job = trial_job(base_job, config, ctx.get_trial_id())
+    metric = base_job.tune.metric
     restored = tune.get_checkpoint()
-    handoff = base_job["tune"]["scheduler"] == "pbt" and restored is not None
-    restored_dir = restore_copy(restored, job) if handoff else None
-    _trial_run(base_job, job, trial_dir, restored_dir)
+    handoff = base_job.tune.scheduler == "pbt" and restored is not None
+    restored_dir = restore_copy(restored, job.training) if handoff else None
+    job = _trial_run(base_job, job, trial_dir, restored_dir)
     queue = Queue(maxsize=1, actor_options={"num_cpus": 0})
     trainer = build_trainer(job, user_fn, hooks.for_trial(trial_index(ctx.get_trial_id()), trial_dir),
                             callbacks=[ForwardToTune(queue)])
     try:
-        with health_check_settings(job):
-            _fit_forwarding(trainer, queue, metric, job["checkpoint"]["maxFailures"])
+        with health_check_settings(job.workers.health_check):
+            _fit_forwarding(trainer, queue, metric, job.checkpoint.max_failures)
     finally:
         if restored_dir:
             shutil.rmtree(restored_dir, ignore_errors=True)

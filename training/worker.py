@@ -33,6 +33,7 @@ from training.data import batch_share
 from training.env import TF_WORKER_ENV
 from training.errors import CheckpointError
 from training.faults import NO_HOOKS, TestHooks
+from training.job import Job, Model, thaw
 
 
 def _scalar(v):
@@ -58,8 +59,9 @@ def _quiet_worker_warnings() -> None:
 class WorkerContext:
     """Config, data shard, checkpoint restore, device, progress and reporting for one worker of a run."""
 
-    def __init__(self, job: dict[str, Any], session=None, hooks: TestHooks = NO_HOOKS):
-        if job.get("framework") == "tensorflow":
+    def __init__(self, job: Job, session=None, hooks: TestHooks = NO_HOOKS):
+        training = job.training
+        if training.framework == "tensorflow":
             for key, value in TF_WORKER_ENV.items():
                 os.environ.setdefault(key, value)
         if session is None:
@@ -76,17 +78,20 @@ class WorkerContext:
         self.rank: int = session.rank
         self.world_size: int = session.world_size
         self.local_rank: int = session.local_rank
-        self.framework: str = job["framework"]
-        self.total_epochs: int = job["epochs"]
+        self.name: str = job.name
+        self.framework: str = training.framework
+        self.total_epochs: int = training.epochs
         # batchSize is the global batch of one step: each worker trains its share, so steps per epoch, the gradient
         # (DDP / MWMS average over all workers) and the result do not depend on how many workers there are.
-        self.global_batch_size: int = job["batchSize"]
-        self.batch_size: int = batch_share(job["batchSize"], self.world_size)
-        self.lr: float = job["lr"]
-        self.seed: int = job["seed"]
-        self.params: dict[str, Any] = job.get("params") or {}
-        self.model_config: dict[str, Any] = job.get("model") or {}
-        self.every: int = job["checkpoint"]["everyEpochs"]
+        self.global_batch_size: int = training.batch_size
+        self.batch_size: int = batch_share(training.batch_size, self.world_size)
+        self.lr: float = training.lr
+        self.seed: int = training.seed
+        self.params: dict[str, Any] = thaw(training.params)  # a user trainer's own copy
+        self.model: Model = training.model  # the built-in CNN
+        self.xgboost: dict[str, Any] = thaw(training.xgboost)
+        self.threads: int = max(1, int(job.workers.cpu))  # intra-op threads: the worker's CPUs
+        self.every: int = job.checkpoint.every_epochs
         self.history: list[dict] = []
         self.start_epoch: int = 0
         self.trained_epochs: list[int] = []
@@ -114,10 +119,10 @@ class WorkerContext:
         and made local; its epoch and history become this worker's starting point."""
         ckpt = self.session.get_checkpoint()
         source = "run"
-        if ckpt is None and self.job["checkpoint"].get("resumeFrom"):
+        if ckpt is None and self.job.checkpoint.resume_from:
             import ray.train
 
-            ckpt = ray.train.Checkpoint(self.job["checkpoint"]["resumeFrom"])
+            ckpt = ray.train.Checkpoint(self.job.checkpoint.resume_from)
             source = "resumeFrom"
         if ckpt is None:
             return
@@ -164,7 +169,7 @@ class WorkerContext:
         if self._shard is None:
             from training.data import load_shard
 
-            self._shard = load_shard(self.job["data"], self.rank, self.world_size, self.seed)
+            self._shard = load_shard(self.job.data, self.rank, self.world_size, self.seed)
         return self._shard
 
     # ------------------------------------------------------------------ epochs
@@ -177,13 +182,13 @@ class WorkerContext:
         for epoch in self.remaining():
             self._t_epoch = time.time()
             faults.record(self.hooks, self.rank, "start", epoch, self.start_epoch)
-            faults.maybe_fail(self.hooks, self.rank, epoch, "start", self.start_epoch, self.job["name"])
+            faults.maybe_fail(self.hooks, self.rank, epoch, "start", self.start_epoch, self.name)
             yield epoch
 
     def batch_hook(self, epoch: int, batch: int, num_batches: int) -> None:
         """Called by the built-in loops after each step: the place where a test fault fires mid-epoch."""
         if num_batches and batch + 1 >= max(num_batches // 2, 1):
-            faults.maybe_fail(self.hooks, self.rank, epoch, "mid", self.start_epoch, self.job["name"])
+            faults.maybe_fail(self.hooks, self.rank, epoch, "mid", self.start_epoch, self.name)
 
     def is_checkpoint_epoch(self, epoch: int) -> bool:
         return epoch % self.every == 0 or epoch == self.total_epochs
@@ -209,10 +214,10 @@ class WorkerContext:
             self.log(f"epoch {epoch}/{self.total_epochs}: {shown}")
         if not self.is_checkpoint_epoch(epoch):
             return
-        ck = self.job["checkpoint"]
-        if ck.get("keepBest") and ck["metric"] not in metrics:
+        ck = self.job.checkpoint
+        if ck.keep_best and ck.metric not in metrics:
             raise ValueError(
-                f"checkpoint.keepBest ranks checkpoints by {ck['metric']!r} but the trainer reported only "
+                f"checkpoint.keepBest ranks checkpoints by {ck.metric!r} but the trainer reported only "
                 f"{sorted(metrics)}; report that metric or set checkpoint.metric"
             )
         with tempfile.TemporaryDirectory(prefix="training-ckpt-") as tmp:
@@ -221,7 +226,7 @@ class WorkerContext:
             if self.rank == 0:
                 checkpointing.write_manifest(tmp, epoch=epoch, framework=self.framework,
                                              history=self.history, metrics=metrics,
-                                             extra={"name": self.job["name"], "worldSize": self.world_size})
+                                             extra={"name": self.name, "worldSize": self.world_size})
             self.session.report(metrics, tmp if self.rank == 0 else None, checkpointing.checkpoint_dir_name(epoch))
 
     def record_evaluation(self, metrics: dict[str, Any]) -> None:
@@ -247,7 +252,7 @@ class WorkerContext:
     # ------------------------------------------------------------------ logging
 
     def log(self, message: str) -> None:
-        print(f"[train {self.job['name']}] {message}", file=sys.stderr, flush=True)
+        print(f"[train {self.name}] {message}", file=sys.stderr, flush=True)
 
 
 def run_worker(config: dict[str, Any]) -> dict[str, Any]:

@@ -113,6 +113,18 @@ def test_the_kubernetes_build_carries_its_version():
     assert "-X k8s.io/component-base/version.gitMinor=34" in flags
 
 
+def test_one_go_build_names_each_binary_as_go_does():
+    """A component's binaries come from one ``go build -o dir/``: the names Go gives them are found again."""
+    assert components.default_exec_name("sigs.k8s.io/kustomize/kustomize/v5") == "kustomize"
+    assert components.default_exec_name("github.com/kubeflow/training-operator/cmd/training-operator.v1") == \
+        "training-operator.v1"
+    assert components.default_exec_name("github.com/argoproj/argo-cd/v3/cmd") == "cmd"
+    assert components.default_exec_name("k8s.io/kubernetes/cmd/kube-apiserver") == "kube-apiserver"
+    for component in components.COMPONENTS:  # go build refuses two main packages with one name in one -o dir
+        names = [components.default_exec_name(p) for p in component.binaries.values()]
+        assert len(set(names)) == len(names), component.name
+
+
 def test_every_component_pins_its_checksums():
     for component in components.COMPONENTS:
         assert (component.directory / "go.sum").stat().st_size > 0, component.name

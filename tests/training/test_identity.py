@@ -41,11 +41,11 @@ BASE = unnamed(digits_spec("x", "pytorch", epochs=2))
 
 def test_an_unnamed_spec_is_named_by_its_content():
     job = job_of(BASE)
-    assert job["nameSource"] == "derived" and job["name"] == derived_name(job)
-    assert job["name"].startswith("train-pytorch-") and len(job["name"]) == len("train-pytorch-") + 10
-    assert job_of(json.loads(json.dumps(BASE)))["name"] == job["name"]  # the same spec, the same run
+    assert job.name_source == "derived" and job.name == derived_name(job)
+    assert job.name.startswith("train-pytorch-") and len(job.name) == len("train-pytorch-") + 10
+    assert job_of(json.loads(json.dumps(BASE))).name == job.name  # the same spec, the same run
     named = job_of(digits_spec("mine", "pytorch"))
-    assert (named["name"], named["nameSource"]) == ("mine", "spec")
+    assert (named.name, named.name_source) == ("mine", "spec")
 
 
 @pytest.mark.parametrize("path, value", [
@@ -59,7 +59,7 @@ def test_an_unnamed_spec_is_named_by_its_content():
     ("data.source", "synthetic"),
 ])
 def test_what_changes_the_model_changes_the_name(path, value):
-    assert job_of(changed(BASE, path, value))["name"] != job_of(BASE)["name"]
+    assert job_of(changed(BASE, path, value)).name != job_of(BASE).name
 
 
 @pytest.mark.parametrize("path, value", [
@@ -72,23 +72,23 @@ def test_what_changes_the_model_changes_the_name(path, value):
     ("config.healthCheck", {"workerTimeoutSeconds": 60}),
 ])
 def test_operational_fields_keep_the_name(path, value):
-    assert job_of(changed(BASE, path, value))["name"] == job_of(BASE)["name"]
+    assert job_of(changed(BASE, path, value)).name == job_of(BASE).name
 
 
 def test_a_search_is_named_by_the_search():
     base = unnamed(tune_spec("t"))
     job = job_of(base)
-    assert job["name"].startswith("tune-pytorch-")
-    assert job_of(changed(base, "tuneConfig.numSamples", 3))["name"] != job["name"]
-    assert job_of(changed(base, "tuneConfig.scheduler", "asha"))["name"] != job["name"]
-    assert job_of(changed(base, "trainConfig.epochs", 4))["name"] != job["name"]  # a search's budget is its identity
-    assert job_of(changed(base, "tuneConfig.maxConcurrentTrials", 1))["name"] == job["name"]
+    assert job.name.startswith("tune-pytorch-")
+    assert job_of(changed(base, "tuneConfig.numSamples", 3)).name != job.name
+    assert job_of(changed(base, "tuneConfig.scheduler", "asha")).name != job.name
+    assert job_of(changed(base, "trainConfig.epochs", 4)).name != job.name  # a search's budget is its identity
+    assert job_of(changed(base, "tuneConfig.maxConcurrentTrials", 1)).name == job.name
 
 
 def test_elastic_workers():
     job = job_of(changed(BASE, "config.numWorkers", {"min": 1, "max": 4}))
-    assert (job["minWorkers"], job["numWorkers"]) == (1, 4)
-    assert job_of(BASE)["minWorkers"] is None
+    assert (job.workers.min_count, job.workers.count) == (1, 4)
+    assert job_of(BASE).workers.min_count is None
     with pytest.raises(SpecError) as info:
         job_of(changed(unnamed(tune_spec("t")), "config.numWorkers", {"min": 1, "max": 2}))
     assert info.value.field == "config.numWorkers" and "mode train" in info.value.message
@@ -97,19 +97,19 @@ def test_elastic_workers():
 def test_elastic_workers_become_rays_scaling_config():
     from training.trainers import scaling_config
 
-    assert scaling_config(job_of(changed(BASE, "config.numWorkers", {"min": 1, "max": 4}))).num_workers == (1, 4)
-    assert scaling_config(job_of(BASE)).num_workers == 2
+    assert scaling_config(job_of(changed(BASE, "config.numWorkers", {"min": 1, "max": 4})).workers).num_workers == (1, 4)
+    assert scaling_config(job_of(BASE).workers).num_workers == 2
 
 
 def test_collective_timeout_from_the_spec_then_the_chart():
     from training.trainers import collective_timeout
 
     chart = {"TRAINING_COLLECTIVE_TIMEOUT_SECONDS": "600"}
-    assert collective_timeout(job_of(BASE), {}) is None
-    assert collective_timeout(job_of(BASE), chart) == 600
-    assert collective_timeout(job_of(changed(BASE, "trainConfig.collectiveTimeoutSeconds", 120)), chart) == 120
+    assert collective_timeout(job_of(BASE).training, {}) is None
+    assert collective_timeout(job_of(BASE).training, chart) == 600
+    assert collective_timeout(job_of(changed(BASE, "trainConfig.collectiveTimeoutSeconds", 120)).training, chart) == 120
     with pytest.raises(SpecError, match="not a number"):
-        collective_timeout(job_of(BASE), {"TRAINING_COLLECTIVE_TIMEOUT_SECONDS": "ten"})
+        collective_timeout(job_of(BASE).training, {"TRAINING_COLLECTIVE_TIMEOUT_SECONDS": "ten"})
 
 
 def test_health_checks_are_rays_settings_while_the_trainer_starts(monkeypatch):
@@ -118,7 +118,7 @@ def test_health_checks_are_rays_settings_while_the_trainer_starts(monkeypatch):
     monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     monkeypatch.delenv("RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S", raising=False)
     job = job_of(changed(BASE, "config.healthCheck", {"workerTimeoutSeconds": 90, "intervalSeconds": 1}))
-    with health_check_settings(job) as wanted:
+    with health_check_settings(job.workers.health_check) as wanted:
         assert wanted == {"RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S": "90", "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "1"}
         assert os.environ["RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S"] == "90"
     assert os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] == "0.5"  # put back

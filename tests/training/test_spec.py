@@ -47,9 +47,9 @@ def test_examples_are_valid():
     modes = set()
     for path in EXAMPLES:
         job = load_job(path)
-        modes.add(job["mode"])
-        if job["mode"] == "train":
-            frameworks.add(job["framework"])
+        modes.add(job.mode)
+        if job.mode == "train":
+            frameworks.add(job.training.framework)
     assert frameworks == {"pytorch", "tensorflow", "xgboost"}
     assert "cluster" in modes
 
@@ -123,25 +123,26 @@ def test_all_problems_are_listed():
 
 def test_defaults_and_storage_env(tmp_path):
     job = normalize(GOOD, environ={"TRAINING_STORAGE_PATH": "/checkpoints"})
-    assert job["checkpoint"]["storagePath"] == "/checkpoints"
-    assert job["checkpoint"]["storageSource"] == "TRAINING_STORAGE_PATH"
-    assert (job["numWorkers"], job["cpuPerWorker"], job["gpuPerWorker"], job["useGpu"]) == (2, 1.0, 0.0, False)
-    assert job["model"]["filters"] == [64, 128, 256] and job["model"]["dense"] == 512
+    assert job.checkpoint.storage_path == "/checkpoints"
+    assert job.checkpoint.storage_source == "TRAINING_STORAGE_PATH"
+    w = job.workers
+    assert (w.count, w.cpu, w.gpu, w.use_gpu) == (2, 1.0, 0.0, False)
+    assert job.training.model.filters == (64, 128, 256) and job.training.model.dense == 512
     # The spec wins over the environment; URIs pass through untouched.
     spec = bad(checkpoint={"storagePath": "s3://bucket/runs"})
-    assert normalize(spec, environ={"TRAINING_STORAGE_PATH": "/checkpoints"})["checkpoint"]["storagePath"] == "s3://bucket/runs"
+    assert normalize(spec, environ={"TRAINING_STORAGE_PATH": "/checkpoints"}).checkpoint.storage_path == "s3://bucket/runs"
     # Neither: a local default, made absolute.
-    default = normalize(GOOD, environ={})["checkpoint"]["storagePath"]
+    default = normalize(GOOD, environ={}).checkpoint.storage_path
     assert os.path.isabs(default) and default.endswith("results/training")
     # trainConfig.scalingConfig overrides config; useGpu implies one GPU per worker.
     job = normalize(bad(trainConfig__scalingConfig={"numWorkers": 3, "useGpu": True}), environ={})
-    assert (job["numWorkers"], job["useGpu"], job["gpuPerWorker"]) == (3, True, 1.0)
+    assert (job.workers.count, job.workers.use_gpu, job.workers.gpu) == (3, True, 1.0)
 
 
 def test_spec_file_formats(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(GOOD))
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(GOOD))
-    assert load_job(tmp_path / "s.json")["name"] == load_job(tmp_path / "s.yaml")["name"] == "ok"
+    assert load_job(tmp_path / "s.json").name == load_job(tmp_path / "s.yaml").name == "ok"
     (tmp_path / "broken.yaml").write_text("mode: [train\n")
     with pytest.raises(SpecError, match="not valid YAML"):
         load_job(tmp_path / "broken.yaml")

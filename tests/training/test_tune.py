@@ -106,6 +106,7 @@ def test_restored_pytorch_checkpoint_takes_the_trials_lr(tmp_path):
     lr back, so the trial's restore copy gets the new lr (and a manifest that still verifies)."""
     import torch
 
+    from training.job import Training
     from training.tune_trial import restore_copy
 
     src = tmp_path / "ckpt"
@@ -122,7 +123,7 @@ def test_restored_pytorch_checkpoint_takes_the_trials_lr(tmp_path):
             shutil.copytree(src, path, dirs_exist_ok=True)
             return path
 
-    local = restore_copy(FakeCheckpoint(), {"framework": "pytorch", "trainerPath": None, "lr": 0.005})
+    local = restore_copy(FakeCheckpoint(), Training(framework="pytorch", epochs=4, batch_size=32, lr=0.005))
     state = torch.load(Path(local) / "model.pt", weights_only=True)
     assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [0.005]
     assert checkpointing.verify_local(local)["extra"]["lrSetOnRestore"] == 0.005

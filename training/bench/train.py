@@ -157,7 +157,10 @@ def process_start_time() -> float | None:
 
 
 def _data_cfg(settings):
-    return dict(settings["data"])
+    """The benchmark's data block, as a job spec would have it (the same loaders as ``python -m training run``)."""
+    from training.spec import data_block
+
+    return data_block(settings["data"])
 
 
 # ---------------------------------------------------------------- PyTorch: one loop for plain and Ray
