@@ -91,7 +91,7 @@ class RaySession:
 
 
 def cluster_status(detail: bool = False) -> dict[str, Any]:
-    """Seed 000's ``clusterStatus`` (numNodes, totalCpu, totalGpu); with ``detail``, per-node resources too."""
+    """The result's ``clusterStatus`` (numNodes, totalCpu, totalGpu); with ``detail``, per-node resources too."""
     import ray
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]

@@ -14,8 +14,6 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-MODES = ("cluster", "train", "tune")
-
 
 class FrozenMap(dict):
     """A read-only dict (free-form spec mappings: ``xgboost``, ``params``, ``config.healthCheck``...)."""

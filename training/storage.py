@@ -53,10 +53,3 @@ def write_bytes(path: str, data: bytes) -> None:
     with fs.open_output_stream(p) as fh:
         fh.write(data)
 
-
-def split_uri(path: str) -> tuple[str, str]:
-    """('s3', 'bucket/key') or ('file', '/abs/path')."""
-    if is_uri(path):
-        scheme, rest = path.split("://", 1)
-        return scheme, rest
-    return "file", os.path.abspath(path)

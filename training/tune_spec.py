@@ -24,10 +24,6 @@ from typing import Any
 from training.errors import SpecError
 from training.job import SearchParam, Training, Tune, Workers, freeze
 
-DISTRIBUTIONS = ("loguniform", "uniform", "quniform", "randint", "choice", "grid")
-SCHEDULERS = ("asha", "pbt", "median", "fifo")
-TRIAL_RUNNERS = ("auto", "local", "train")
-
 #: What the built-in loops report every epoch (training/train_*.py through WorkerContext.report).
 BUILTIN_METRICS = {
     "pytorch": ("loss", "accuracy", "val_loss", "val_accuracy", "samples", "epoch", "epoch_time_s"),

@@ -34,6 +34,7 @@ from training.env import TF_WORKER_ENV
 from training.errors import CheckpointError
 from training.faults import NO_HOOKS, TestHooks
 from training.job import Job, Model, thaw
+from training.sessions import Session
 
 
 def _scalar(v):
@@ -59,7 +60,7 @@ def _quiet_worker_warnings() -> None:
 class WorkerContext:
     """Config, data shard, checkpoint restore, device, progress and reporting for one worker of a run."""
 
-    def __init__(self, job: Job, session=None, hooks: TestHooks = NO_HOOKS):
+    def __init__(self, job: Job, session: Session | None = None, hooks: TestHooks = NO_HOOKS):
         training = job.training
         if training.framework == "tensorflow":
             for key, value in TF_WORKER_ENV.items():

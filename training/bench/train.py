@@ -651,7 +651,7 @@ def aggregate(runs: list[dict[str, Any]], configs: list[dict[str, Any]]) -> dict
 
 
 def compare(agg: dict[str, dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
-    """Seed 002's comparison (baseline vs Ray: time, accuracy, speedup, efficiency) per framework, plus the
+    """The plain-vs-distributed comparison (baseline vs Ray: time, accuracy, speedup, efficiency) per framework, plus the
     steady-throughput and equal-CPU figures."""
     out: dict[str, Any] = {}
     for fw in settings["frameworks"]:
