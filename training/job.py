@@ -26,9 +26,6 @@ class FrozenMap(dict):
     def __reduce__(self):
         return FrozenMap, (dict(self),)
 
-    def __hash__(self):  # frozen dataclasses that hold one stay hashable
-        return hash(tuple(sorted(self.items(), key=lambda kv: kv[0])))
-
 
 def freeze(value: Any) -> Any:
     """Mappings -> :class:`FrozenMap`, lists -> tuples, all the way down."""
@@ -81,8 +78,8 @@ class Model:
     dense_dropout: float = 0.5
 
     def as_spec(self) -> dict[str, Any]:
-        return {"filters": list(self.filters), "dense": self.dense, "convDropout": self.conv_dropout,
-                "denseDropout": self.dense_dropout}
+        """The model as a spec writes it (``trainConfig.model``)."""
+        return {key: thaw(getattr(self, name)) for key, name in MODEL_FIELDS.items()}
 
 
 #: Search-space targets (``model.dense``) -> Model's field names.

@@ -110,13 +110,8 @@ def pre_ray_checks(job: Job, spec_dir: Path, resume: bool) -> tuple[Any | None, 
         user_fn = load_function(job.training.trainer_path, search_dirs=[spec_dir])
     check_source(job.data)
     if job.mode == "tune":
-        from training.tune import check_resume, experiment_exists
+        from training.tune import check_resume
 
-        derived = job.name_source == "derived"
-        if derived and not resume and experiment_exists(job.run_path):
-            say(f"this spec's experiment {job.name} exists at {job.run_path}: resuming it (finished trials are "
-                "kept; a changed spec gets a new name, --name starts another search)")
-            resume = True
         return user_fn, check_resume(job, resume)
     _check_resume_checkpoint(job)
     return user_fn, False

@@ -40,9 +40,14 @@ def experiment_exists(run_path: str) -> bool:
 
 
 def check_resume(job: Job, resume: bool) -> bool:
-    """True when this run continues an existing experiment. Without ``--resume`` an existing experiment is an error
-    (a new search would mix its trials into the old folder)."""
+    """True when this run continues an existing experiment. An unnamed spec's experiment is its own (the name comes
+    from the spec's content), so it is resumed; for a named one, an existing experiment without ``--resume`` is an
+    error (a new search would mix its trials into the old folder)."""
     exists = experiment_exists(job.run_path)
+    if exists and not resume and job.name_source == "derived":
+        say(f"this spec's experiment {job.name} exists at {job.run_path}: resuming it (finished trials are kept; a "
+            "changed spec gets a new name, --name starts another search)")
+        return True
     if exists and not resume:
         raise SpecError(
             f"{job.run_path} already holds a Tune experiment named {job.name!r}: run again with --resume to "
@@ -193,7 +198,8 @@ def _new_tuner(job: Job, trainable, concurrent: int):
 
 def run_experiment(job: Job, user_fn: Callable | None, cluster: dict, *, resume: bool,
                    hooks: TestHooks = NO_HOOKS) -> tuple[dict, int, float]:
-    """Run (or resume) the search; returns (result, exit code, seconds in Tuner.fit)."""
+    """Run the search, or continue it when ``resume`` (what :func:`check_resume` returned); returns (result, exit
+    code, seconds in Tuner.fit)."""
     from ray import tune
 
     from training.tune_summary import summarize
@@ -205,7 +211,7 @@ def run_experiment(job: Job, user_fn: Callable | None, cluster: dict, *, resume:
         job = dataclasses.replace(job, checkpoint=dataclasses.replace(job.checkpoint, every_epochs=1))
     fit_at_once = check_trial_fits(tcfg, job.workers)
     concurrent = tcfg.max_concurrent_trials or fit_at_once
-    restoring = resume and experiment_exists(job.run_path)
+    restoring = resume  # check_resume found the experiment before Ray's session began
     _announce(job, restoring, concurrent, fit_at_once)
     trainable = _trainable(job, user_fn, hooks)
     search = tune_events.begin(tune_events.SearchState(
