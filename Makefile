@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose retry watch bench-cluster scan
+.PHONY: help up down setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image setup-image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose retry watch bench-cluster scan
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -63,9 +63,14 @@ bench-tune: setup ## ASHA vs FIFO at the same numSamples: JSON, table, plot in r
 test-training: setup ## only the training package tests (real Ray training, about 3 min on 2 cores)
 	@$(PY) -m pytest tests/training -q
 
-image: ## build the training image (VARIANT=cpu|gpu|efa, IMAGE=..., TAG=...); needs a Docker engine
-	@command -v docker >/dev/null && docker info >/dev/null 2>&1 || { echo "make image needs a running Docker engine"; exit 2; }
-	docker build -f training/Dockerfile --build-arg VARIANT=$(or $(VARIANT),cpu) -t $(or $(IMAGE),ray-training):$(or $(TAG),dev) .
+IMAGE_FLAGS = $(if $(ENV),--env $(ENV)) $(if $(VARIANT),--variant $(VARIANT)) $(if $(IMAGE),--image $(IMAGE)) $(if $(TAG),--tag $(TAG)) $(if $(BUILDER),--builder $(BUILDER))
+
+image: setup-base setup-image ## build the training image as ENV (default minikube) names it: Docker if there is an engine, else buildah on a Debian base (VARIANT=cpu|gpu|efa, IMAGE=, TAG=); checks it and prints its size
+	@$(PY) -m images build $(IMAGE_FLAGS)
+	@$(PY) -m images check $(IMAGE_FLAGS)
+
+setup-image: ## what make image needs without Docker: Debian's buildah and mmdebstrap
+	@scripts/setup.sh image
 
 setup-e2e: ## what the e2e cluster needs besides .venv: Go, Debian's redis-server, unshare
 	@scripts/setup.sh e2e
@@ -73,13 +78,18 @@ setup-e2e: ## what the e2e cluster needs besides .venv: Go, Debian's redis-serve
 e2e-build: setup-e2e ## build the e2e cluster's components from their Go modules at pinned versions (cached)
 	@$(PY) -m e2e build
 
-e2e-up: setup-e2e ## start the e2e cluster in the background (idempotent) and print its kubeconfig
+e2e-up: setup-e2e image ## start the e2e cluster in the background (idempotent) and print its kubeconfig
 	@$(PY) -m e2e up
+
+up: setup setup-e2e image ## this machine as a cluster: a real node (kubelet, containerd), Argo CD bootstrapped from this repository, minikube running for real; prints where to look
+	@$(PY) -m e2e try
+
+down: e2e-down ## stop what make up started (every process, the node's containers, links and rules)
 
 e2e-down: ## stop the e2e cluster (idempotent; nothing left running)
 	@if [ -x $(PY) ]; then $(PY) -m e2e down; fi
 
-e2e: setup setup-e2e ## the e2e scenarios on a fresh e2e cluster, torn down after (E2E_KEEP=1 keeps it; ARGS=-k ...)
+e2e: setup setup-e2e image ## the e2e scenarios on a fresh e2e cluster, torn down after (E2E_KEEP=1 keeps it; ARGS=-k ...)
 	@$(PY) -m e2e run -- $(ARGS)
 
 # Day two (python -m ops): against the clusters the environments name (target.context; KUBECONFIG as kubectl reads it).

@@ -8,6 +8,8 @@
   report     the budgets and the summary line of the last `make e2e`
   refresh    what Argo CD's git webhook does on a push (the local remote's post-receive hook runs it)
   run        what `make e2e` does: down, up (fresh), the scenarios (pytest -m e2e tests/e2e), down, report
+  try        what `make up` does: up, bootstrap Argo CD, follow every environment until it settles, say where
+             to look (the real node's minikube runs for real); `make down` stops it
 """
 from __future__ import annotations
 
@@ -140,6 +142,9 @@ def cmd_down(args) -> int:
             time.sleep(0.2)
         stopped.append("supervisor")
     stopped += kill_recorded(state.RUN_DIR / "pids")
+    leftover = state.read()  # a supervisor stopped mid-start, or killed, leaves its nodes' host changes
+    if leftover.get("real_nodes") and not state.supervisor_alive(leftover):
+        _clean_real_nodes(leftover["real_nodes"])
     if current.get("peak_rss_bytes"):
         results = _results()
         results["peak_rss_bytes"] = max(results.get("peak_rss_bytes", 0), current["peak_rss_bytes"])
@@ -147,6 +152,60 @@ def cmd_down(args) -> int:
     if not args.quiet:
         print("e2e cluster stopped" if stopped else "e2e cluster was not running")
     return 0
+
+
+def _clean_real_nodes(records: list[dict]) -> None:
+    """What a real node changed on the host (containers, mounts, rules, links, sysctls), undone after the processes
+    were stopped: the supervisor does it on a clean stop; this covers a supervisor that died."""
+    from .real_node import RealNode
+    try:
+        bins = {k: str(v) for k, v in components.build(["kubernetes", "kube-router"], out=open(os.devnull, "w")).items()}
+    except components.BuildError:
+        bins = {}
+    for record in records:
+        node = RealNode.from_record(record)
+        node.stop(bins, lambda message: print(message, file=sys.stderr))
+    current = state.read()
+    if current:
+        state.write(state.RUN_DIR, real_nodes=[])
+
+
+def cmd_try(args) -> int:
+    """make up: the e2e cluster with its real node, Argo CD bootstrapped from this repository, and every
+    environment followed until it settles (the real node's minikube runs for real); then where to look."""
+    rc = cmd_up(argparse.Namespace(source=args.source, timeout=args.timeout))
+    if rc:
+        return rc
+    from . import gitops
+    current = state.read()
+    print(gitops.bootstrap(current).strip())
+    work = Path(current["git"]["work"])
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    codes = {}
+    for name in sorted(current["clusters"]):
+        print(f"[make up] following {name} until its Applications settle (make bootstrap ENV={name})", flush=True)
+        codes[name] = subprocess.run([sys.executable, "-m", "ops", "--repo", str(work), "--kubeconfig",
+                                      current["kubeconfig"], "bootstrap", "--env", name, "--timeout",
+                                      str(args.timeout)], cwd=ROOT, env=env).returncode
+    _print_where_to_look(current)
+    return max(codes.values(), default=0)
+
+
+def _print_where_to_look(current: dict) -> None:
+    kubeconfig = current["kubeconfig"]
+    ops = f"python -m ops --repo {current['git']['work']} --kubeconfig {kubeconfig}"
+    print("\nThe cluster runs (make down stops it). Where to look:")
+    for env, cluster in sorted(current["clusters"].items()):
+        real = cluster.get("real_node")
+        kind = f"real node {real['name']}" if real else "kwok nodes"
+        print(f"  {env} ({kind}): kubectl --kubeconfig {kubeconfig} --context {cluster['context']} get pods -A")
+        print(f"    status: {ops} status --env {env}      logs: {ops} logs --env {env} --job <job>")
+        if real:
+            print(f"    Ray dashboard: http://{real.get('ip')}:30265 (minikube's dashboard NodePort on the node's "
+                  "address)")
+    print(f"  Argo CD: kubectl --kubeconfig {kubeconfig} --context {current['argocd']['context']} -n argocd "
+          f"get applications")
+    print(f"  git: push to {current['git']['remote']} from {current['git']['work']}: Argo CD syncs it at once")
 
 
 def cmd_status(args) -> int:
@@ -183,6 +242,15 @@ def cmd_report(args) -> int:
                   f"({', '.join(f'{k} {v:.0f} s' for k, v in sorted(entry['components'].items()))})")
     if build.get("last") and not build["last"].get("components"):
         print("budget: this run's component build: every component was cached")
+    image = _image_record()
+    if image:
+        built = f"built in {image['built_seconds'] / 60:.1f} min" if image.get("built_seconds") else "built earlier"
+        print(f"budget: training image {image['reference']} ({image['builder']}): {built}, "
+              f"{image['size_bytes'] / 2**30:.2f} GiB")
+    current = state.read()
+    if current.get("image_import_seconds"):
+        print(f"budget: importing the training image into the real node's containerd "
+              f"{current['image_import_seconds']:.0f} s")
     if results.get("e2e_seconds"):
         print(f"budget: make e2e wall time {results['e2e_seconds'] / 60:.1f} min "
               f"(cluster up {results.get('up_seconds', 0):.0f} s); goal <= 10 min warm")
@@ -192,9 +260,18 @@ def cmd_report(args) -> int:
     scenarios = results.get("scenarios", {})
     passed = sum(1 for r in scenarios.values() if r == "passed")
     failed = sum(1 for r in scenarios.values() if r != "passed")
+    for label, seconds in sorted((results.get("budgets") or {}).items()):
+        print(f"budget: {label} {seconds:.0f} s")
     print(f"e2e: {passed} scenarios passed, {failed} failed; {results.get('healthy_apps', 0)} applications "
-          f"Synced+Healthy")
+          f"Synced+Healthy; {results.get('real_pods', 0)} pods ran in real containers")
     return 0 if failed == 0 and scenarios else 1
+
+
+def _image_record() -> dict:
+    try:
+        return json.loads((ROOT / ".cache" / "images" / "last-build.json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def cmd_run(args) -> int:
@@ -249,6 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source", type=Path, default=ROOT, help="the repository checkout to publish (default: this)")
     p.add_argument("--timeout", type=float, default=900)
     p.set_defaults(func=cmd_up)
+    p = sub.add_parser("try", help="make up: up, bootstrap, follow every environment, where to look")
+    p.add_argument("--source", type=Path, default=ROOT, help="the repository checkout to publish (default: this)")
+    p.add_argument("--timeout", type=float, default=900)
+    p.set_defaults(func=cmd_try)
     p = sub.add_parser("down", help="stop the e2e cluster (idempotent)")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_down)

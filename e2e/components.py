@@ -65,7 +65,10 @@ COMPONENTS = [
         {"etcd": "github.com/example-org/ray-gitops/e2e/components/kubernetes/etcd",
          "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
          "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
-         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler"},
+         "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+         # the real node: a kubelet over containerd, and kube-proxy for Services
+         "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+         "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy"},
         ldflags=tuple(f.replace("{pkg}", pkg) for pkg in ("component-base/version", "client-go/pkg/version")
                       for f in _K8S_VERSION)),
     Component("kwok", "sigs.k8s.io/kwok", {"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
@@ -74,7 +77,9 @@ COMPONENTS = [
     # is not available" for github.com/ray-project/kuberay/ray-operator@v1.7.0.zip (its .info and .mod are
     # served), so the e2e builds the newest release it does serve. See docs/e2e.md.
     Component("kuberay", "github.com/ray-project/kuberay/ray-operator",
-              {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator"},
+              {"kuberay-operator": "github.com/ray-project/kuberay/ray-operator",
+               # the real node's operator image runs it through this (kuberay/launcher/main.go)
+               "kuberay-operator-launcher": "github.com/example-org/ray-gitops/e2e/components/kuberay/launcher"},
               pinned=f"v{versions.pinned().kuberay}"),
     Component("training-operator", "github.com/kubeflow/training-operator",
               {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"}),
@@ -86,6 +91,19 @@ COMPONENTS = [
               # the Dockerfile copies these into the image's PATH; the repo-server runs them for GPG checks
               module_files={"gpg-wrapper.sh": "hack/gpg-wrapper.sh",
                             "git-verify-wrapper.sh": "hack/git-verify-wrapper.sh"}),
+    # The real node's cluster DNS (only the plugins a cluster's Corefile uses: coredns/main.go) and its NetworkPolicy
+    # enforcer (kube-router's firewall controller: iptables + ipset, which this kernel has).
+    Component("coredns", "github.com/coredns/coredns",
+              {"coredns": "github.com/example-org/ray-gitops/e2e/components/coredns/coredns"},
+              ldflags=("-X github.com/coredns/coredns/coremain.GitCommit=v{bare}",)),
+    Component("kube-router", "github.com/cloudnativelabs/kube-router/v2",
+              {"kube-router": "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router"},
+              ldflags=("-X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version={version}",)),
+    # The S3-compatible object store of the checkpoints (charts/platform objectStore, image ghcr.io/versity/versitygw
+    # at the same tag): the training tests run Ray Train against it on 127.0.0.1 (tests/training/test_s3_checkpoints).
+    Component("versitygw", "github.com/versity/versitygw",
+              {"versitygw": "github.com/versity/versitygw/cmd/versitygw"},
+              ldflags=("-X main.Version={version}",)),
     Component("tools", "helm.sh/helm/v4",
               {"helm": "helm.sh/helm/v4/cmd/helm", "kustomize": "sigs.k8s.io/kustomize/kustomize/v5",
                "kubeconform": "github.com/yannh/kubeconform/cmd/kubeconform"},

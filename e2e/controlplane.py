@@ -30,6 +30,11 @@ class Cluster:
     ca: pki.CertificateAuthority | None = None
     argocd_token: str = ""
     routes: object = None         # e2e.egress.ServiceRoutes of this cluster
+    real_node: object = None      # e2e.real_node.RealNode when the cluster's node is this machine (no kwok)
+
+    @property
+    def service_cidr(self) -> str:
+        return f"10.{96 + self.index}.0.0/16"
 
     @property
     def server(self) -> str:
@@ -49,6 +54,14 @@ class Cluster:
         return self.directory / "admin.kubeconfig"
 
     @property
+    def node_kubeconfig(self) -> Path:
+        return self.directory / "kubelet.kubeconfig"
+
+    @property
+    def proxy_kubeconfig(self) -> Path:
+        return self.directory / "kube-proxy.kubeconfig"
+
+    @property
     def ca_data(self) -> str:
         return base64.b64encode(self.ca.pair.cert_pem).decode()
 
@@ -61,9 +74,13 @@ class Cluster:
         self.directory.mkdir(parents=True, exist_ok=True)
         certs = self.directory / "pki"
         self.ca = pki.CertificateAuthority(certs, f"e2e-{self.env}")
+        # a real node's pods reach the API server at the `kubernetes` Service's IP, which kube-proxy sends to the
+        # node's address: both are in the certificate
+        real = (self.real_node.ip, self.real_node.api_service_ip) if self.real_node else ()
         self.serving = self.ca.issue("apiserver", "kube-apiserver", server=True,
                                      hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
-                                            "kubernetes.default.svc"))
+                                            "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+                                            *real))
         self.admin = self.ca.issue("admin", "e2e-admin", organization="system:masters")
         self.kubelet_client = self.ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
                                             organization="system:masters")
@@ -77,27 +94,42 @@ class Cluster:
             "apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
             "status": {"token": self.argocd_token}}))
         self.argocd_credential.chmod(0o600)
+        write_kubeconfig(self.kubeconfig, {self.context: (self.server, self.ca.pair.cert, self.admin)})
+        if self.real_node:
+            # the node's own identities: the kubelet (the Node authorizer reads system:node:<name>), kube-proxy
+            node = self.real_node.name
+            kubelet = self.ca.issue(f"node-{node}", f"system:node:{node}", organization="system:nodes")
+            proxy = self.ca.issue("kube-proxy", "system:kube-proxy")
+            write_kubeconfig(self.node_kubeconfig, {self.context: (self.server, self.ca.pair.cert, kubelet)})
+            write_kubeconfig(self.proxy_kubeconfig, {self.context: (self.server, self.ca.pair.cert, proxy)})
+            return
         self.egress_config = self.directory / "egress-selector.yaml"
         self.egress_config.write_text(yaml.safe_dump({
             "apiVersion": "apiserver.k8s.io/v1beta1", "kind": "EgressSelectorConfiguration",
             "egressSelections": [{"name": "cluster", "connection": {
                 "proxyProtocol": "HTTPConnect",
                 "transport": {"uds": {"udsName": self.egress_socket}}}}]}))
-        write_kubeconfig(self.kubeconfig, {self.context: (self.server, self.ca.pair.cert, self.admin)})
 
     def start(self, sup: Supervisor, bins: dict, etcd_url: str, stages: Path) -> None:
         certs = self.directory / "pki"
+        if self.real_node:
+            # pods reach it through the `kubernetes` Service, whose endpoint is the advertised node address (kept
+            # by the lease reconciler); it listens there and on loopback (0.0.0.0: one --bind-address)
+            network = ["--bind-address=0.0.0.0", f"--advertise-address={self.real_node.ip}"]
+        else:
+            # no pod network: the API server's "cluster" traffic (webhooks, logs) goes through the egress proxy
+            network = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+                       f"--egress-selector-config-file={self.egress_config}"]
         sup.start(f"{self.env}-kube-apiserver", [
             bins["kube-apiserver"],
-            f"--etcd-servers={etcd_url}", f"--etcd-prefix=/registry-{self.env}",
-            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", f"--secure-port={self.apiserver_port}",
+            f"--etcd-servers={etcd_url}", f"--etcd-prefix=/registry-{self.env}", *network,
+            f"--secure-port={self.apiserver_port}",
             f"--tls-cert-file={self.serving.cert}", f"--tls-private-key-file={self.serving.key}",
             f"--client-ca-file={self.ca.pair.cert}", f"--token-auth-file={self.directory / 'tokens.csv'}",
             f"--service-account-key-file={self.sa.cert}", f"--service-account-signing-key-file={self.sa.key}",
             "--service-account-issuer=https://kubernetes.default.svc",
-            "--authorization-mode=Node,RBAC", f"--service-cluster-ip-range=10.{96 + self.index}.0.0/16",
-            "--endpoint-reconciler-type=none", f"--cert-dir={certs}",
-            f"--egress-selector-config-file={self.egress_config}",
+            "--authorization-mode=Node,RBAC", f"--service-cluster-ip-range={self.service_cidr}",
+            f"--cert-dir={certs}",
             "--kubelet-preferred-address-types=InternalIP",
             f"--kubelet-certificate-authority={self.ca.pair.cert}",
             f"--kubelet-client-certificate={self.kubelet_client.cert}",
@@ -113,6 +145,8 @@ class Cluster:
             "--v=1",
         ])
         sup.start(f"{self.env}-kube-scheduler", [bins["kube-scheduler"], *common, "--v=1"])
+        if self.real_node:
+            return
         # kwok serves pod logs from files its Logs objects name (e2e.pod_logs): its CRD first.
         kube.apply(self.kubeconfig, self.context, pod_logs.crd_text())
         kube.wait_established(self.kubeconfig, self.context, [pod_logs.CRD_NAME], timeout=120)

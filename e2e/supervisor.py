@@ -19,7 +19,22 @@ import yaml
 
 from generator import versions
 
-from . import argo, components, controlplane, kube, kwok_stages, nodes, remotes, state, storage, webhook, world
+from . import (
+    argo,
+    cluster_dns,
+    components,
+    controlplane,
+    kube,
+    kwok_stages,
+    node_images,
+    nodes,
+    real_node,
+    remotes,
+    state,
+    storage,
+    webhook,
+    world,
+)
 from .egress import ConnectProxy, ServiceRoutes
 from .operator_pods import OperatorPods
 from .procs import Supervisor, free_port, rss_bytes
@@ -44,6 +59,8 @@ class Run:
         self.servers: list = []  # the Ray job API stand-ins
         self.loops: list = []  # the operator pods' kubelet and the storage stand-in, per cluster
         self.helm_repo: remotes.HelmRepo | None = None
+        self.real_nodes: list[real_node.RealNode] = []
+        self.bins: dict = {}
         self.peak_rss = 0
 
     def log(self, message: str) -> None:
@@ -73,6 +90,7 @@ class Run:
         self.step("building / finding the components")
         with open(self.log_file, "a") as out:
             bins = {k: str(v) for k, v in components.build(out=out).items()}
+        self.bins = bins
         envs = self.environments()
         if not envs:
             raise RuntimeError("no environment has an e2e cluster (e2e/nodes.yaml)")
@@ -107,7 +125,11 @@ class Run:
         state.write(self.run_dir, status="ready", progress="ready", kubeconfig=str(kubeconfig),
                     management=management.env,
                     clusters={env: {"context": c.context, "server": c.server, "kubeconfig": str(c.kubeconfig),
-                                    "ca": str(c.ca.pair.cert)} for env, c in self.clusters.items()},
+                                    "ca": str(c.ca.pair.cert),
+                                    **({"real_node": {"name": c.real_node.name, "ip": c.real_node.ip,
+                                                      "containerd": str(c.real_node.containerd_socket)}}
+                                       if c.real_node else {})}
+                              for env, c in self.clusters.items()},
                     argocd={"namespace": argo.NAMESPACE, "context": management.context,
                             "app_resync_seconds": argo.APP_RESYNC_SECONDS},
                     git=published, world=the_world.changes, world_file=str(self.run_dir / "world.json"),
@@ -117,9 +139,13 @@ class Run:
 
     def _start_cluster(self, index: int, env: str, context: str, bins: dict, etcd_url: str,
                        stages) -> controlplane.Cluster:
-        """One environment's control plane with its fake nodes, its egress proxy and its Ray job API stand-in."""
-        self.step(f"starting the {env} control plane (kube-apiserver, controller-manager, scheduler, kwok)")
+        """One environment's control plane with its nodes: a real one (this machine), or kwok's fake nodes with an
+        egress proxy and a Ray job API stand-in."""
         cluster = controlplane.Cluster(env, context, self.run_dir / env, index)
+        real = nodes.real(env)
+        if real:
+            return self._start_real_cluster(cluster, real, bins, etcd_url, stages)
+        self.step(f"starting the {env} control plane (kube-apiserver, controller-manager, scheduler, kwok)")
         routes = ServiceRoutes(lambda c=cluster: _list_services(c))
         cluster.directory.mkdir(parents=True, exist_ok=True)
         proxy = ConnectProxy(env, cluster.egress_port, cluster.egress_socket, routes.resolve, self.log)
@@ -135,13 +161,57 @@ class Run:
         self.servers.append(ray_api)
         return cluster
 
+    def _start_real_cluster(self, cluster: controlplane.Cluster, real: dict, bins: dict, etcd_url: str,
+                            stages) -> controlplane.Cluster:
+        """A control plane whose node is this machine: containerd, the kubelet, kube-proxy, kube-router's firewall
+        and CoreDNS, with the images the environment runs imported."""
+        env = cluster.env
+        node = real_node.RealNode(real["name"], cluster.index, cluster.directory / "node", cluster.service_cidr,
+                                  labels=real.get("labels") or {})
+        cluster.real_node = node
+        self.real_nodes.append(node)
+        # what `python -m e2e down` needs to undo the host's changes should this process die
+        state.write(self.run_dir, real_nodes=[n.record() for n in self.real_nodes])
+        self.step(f"starting the {env} control plane (kube-apiserver, controller-manager, scheduler)")
+        cluster.prepare()
+        node.prepare_host()
+        state.write(self.run_dir, real_nodes=[n.record() for n in self.real_nodes])
+        cluster.start(self.sup, bins, etcd_url, stages)
+        self.step(f"starting the {env} node {node.name}: containerd, images, kubelet, kube-proxy, kube-router")
+        started = time.monotonic()
+        node.start_containerd(self.sup)
+        images_dir = self.run_dir / "node-images"
+        archives = node_images.base_archives(images_dir, bins)
+        reference = _training_image(self.source, env)
+        from images import archive
+        archives.append(archive.write(reference))
+        for path in archives:
+            load = time.monotonic()
+            node.import_image(path)
+            self.log(f"node {node.name}: imported {path.name} in {time.monotonic() - load:.1f} s")
+        state.write(self.run_dir, image_import_seconds=round(time.monotonic() - load, 1))
+        node.start_kubelet(self.sup, bins, cluster.ca, cluster.node_kubeconfig)
+        node.start_kube_proxy(self.sup, bins, cluster.proxy_kubeconfig)
+        node.wait_ready(cluster.kubeconfig, cluster.context)
+        node.start_network_policy(self.sup, bins, cluster.kubeconfig)  # it looks its node up at start
+        kube.apply(cluster.kubeconfig, cluster.context, yaml.safe_dump_all(cluster_dns.manifests(node.dns_ip)))
+        self.log(f"node {node.name}: Ready in {time.monotonic() - started:.0f} s (images {', '.join(a.name for a in archives)})")
+        return cluster
+
     def _start_kubelets(self, bins: dict) -> None:
-        self.step("starting the operator pods' kubelet and the storage provisioner stand-in")
+        self.step("starting the operator pods' kubelet (kwok clusters), the image loader (real nodes) and the "
+                  "storage provisioner stand-in")
         for env, cluster in self.clusters.items():
             api = kube.api_client(cluster.kubeconfig, cluster.context)
-            self.loops += [OperatorPods(env, api, cluster.apiserver_port, cluster.ca.pair.cert, cluster.directory,
-                                        self.sup, bins, cluster.routes, self.log, cluster.egress_port),
-                           storage.Provisioner(env, api, self.log)]
+            if cluster.real_node:
+                self.loops.append(node_images.ImageLoader(
+                    cluster.real_node, api, bins, self.run_dir / "node-images", self.log,
+                    on_ran=lambda count, env=env: state.write(self.run_dir, **{f"real_pods_{env}": count})))
+            else:
+                self.loops.append(OperatorPods(env, api, cluster.apiserver_port, cluster.ca.pair.cert,
+                                               cluster.directory, self.sup, bins, cluster.routes, self.log,
+                                               cluster.egress_port))
+            self.loops.append(storage.Provisioner(env, api, self.log))
         for loop in self.loops:
             loop.start()
 
@@ -173,6 +243,10 @@ class Run:
         for loop in self.loops:
             loop.stop()
         self.sup.stop_all()
+        for node in self.real_nodes:
+            node.stop(self.bins, self.log)
+        if self.real_nodes:
+            state.write(self.run_dir, real_nodes=[])
         for proxy in self.proxies:
             proxy.stop()
         for server in self.servers:
@@ -186,6 +260,13 @@ class Run:
 def _context(source: Path, env: str) -> str:
     from generator import environments
     return environments.load(source, env).doc["target"].get("context") or env
+
+
+def _training_image(source: Path, env: str) -> str:
+    """The image the environment's Ray clusters run (cluster.image), as the committed apps/ name it."""
+    from generator import environments
+    image = environments.load(source, env).doc["cluster"]["image"]
+    return f"{image['repository']}:{image['tag']}"
 
 
 def _list_services(cluster: controlplane.Cluster) -> list:

@@ -14,9 +14,16 @@ VERSIONS_FILE = Path(__file__).resolve().parent.parent / "versions.yaml"
 class Versions:
     kubernetes: str
     ray: str
+    python: str
+    debian: str
     kuberay: str
     argocd: str
     training_operator: str
+
+    @property
+    def python_tag(self) -> str:
+        """rayproject/ray's tag part for this Python: "py311"."""
+        return "py" + self.python.replace(".", "")
 
     @property
     def kubernetes_minor(self) -> str:
@@ -26,8 +33,8 @@ class Versions:
 @functools.cache
 def pinned(path: Path = VERSIONS_FILE) -> Versions:
     data = yaml.safe_load(Path(path).read_text()) or {}
-    keys = {"kubernetes": "kubernetes", "ray": "ray", "kuberay": "kuberay", "argocd": "argocd",
-            "trainingOperator": "training_operator"}
+    keys = {"kubernetes": "kubernetes", "ray": "ray", "python": "python", "debian": "debian", "kuberay": "kuberay",
+            "argocd": "argocd", "trainingOperator": "training_operator"}
     missing = sorted(set(keys) - set(data))
     if missing:
         raise ValueError(f"{path}: missing {', '.join(missing)}")

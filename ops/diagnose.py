@@ -78,6 +78,13 @@ CLASSES = (
                   r"claim \S+ is (Pending|Missing|Lost)", r"^ProvisioningFailed: "),
                  "platform.values.checkpoints (storage class, size, access modes) and cluster.checkpoints.claimName; "
                  "the CSI driver (fsx.csi.aws.com) must run", False),
+    FailureClass("storage-not-shared", "the checkpoint storage is not one every Ray pod reaches",
+                 (r"the checkpoint storage \S+ is not shared by every Ray node",
+                  r"cannot write to the checkpoint storage \S+:",
+                  r"Unable to set up cluster storage with the following settings"),
+                 "cluster.checkpoints: store s3 (the platform chart's objectStore, or AWS S3) with its endpoint and "
+                 "credentials on every Ray pod (cluster.checkpoints.s3), or store volume with a ReadWriteMany claim; "
+                 "or the job spec's checkpoint.storagePath", False),
     FailureClass("deadline-exceeded", "the job ran past its deadline",
                  (r"\bDeadlineExceeded\b", r"passed the activeDeadlineSeconds",
                   r"active longer than specified deadline"),
@@ -153,7 +160,7 @@ def _claim_evidence(core, target: Target) -> tuple[str | None, Evidence]:
     failed."""
     checkpoints = (target.doc.get("cluster") or {}).get("checkpoints") or {}
     claim = checkpoints.get("claimName")
-    if not (checkpoints.get("enabled") and claim):
+    if not (checkpoints.get("enabled") and checkpoints.get("store", "volume") == "volume" and claim):
         return None, []
     try:
         phase = core.read_namespaced_persistent_volume_claim(claim, target.namespace).status.phase

@@ -143,7 +143,8 @@ def environment_status(clients: Clients, target: Target, job: str | None = None)
     records = [job_record(clients, target, jobs_mod.find(clients, target, name)) for name in names]
     claim_name = ((target.doc.get("cluster") or {}).get("checkpoints") or {}).get("claimName")
     claim = None
-    if ((target.doc.get("cluster") or {}).get("checkpoints") or {}).get("enabled") and claim_name:
+    checkpoints = (target.doc.get("cluster") or {}).get("checkpoints") or {}
+    if checkpoints.get("enabled") and checkpoints.get("store", "volume") == "volume" and claim_name:
         try:
             pvc = clients.core(target.context).read_namespaced_persistent_volume_claim(claim_name, target.namespace)
             claim = {"name": claim_name, "phase": pvc.status.phase}

@@ -4,6 +4,7 @@
 #   scripts/setup.sh base    # the render path: jinja2, pyyaml, ruamel.yaml, jsonschema + helm
 #   scripts/setup.sh all     # everything: tests, validation, training (torch, ray, tensorflow, xgboost)
 #   scripts/setup.sh scan    # base + checkov (make scan) in its own virtualenv, .tools/checkov
+#   scripts/setup.sh image   # buildah and mmdebstrap (make image without a Docker engine)
 #
 # Each stage writes a stamp file holding a hash of pyproject.toml, so a second run does nothing
 # unless the pins changed. helm: a helm >= 3.14 on PATH is used as it is; otherwise helm 4.1.4 is
@@ -93,16 +94,40 @@ ensure_e2e_system() {
   if ! command -v go >/dev/null 2>&1; then
     say "the e2e cluster is built from Go modules: install Go >= 1.26 (https://go.dev/dl/)"; return 1
   fi
-  if ! command -v redis-server >/dev/null 2>&1; then
-    local apt=(apt-get install -y --no-install-recommends redis-server)
-    if [ "$(id -u)" -ne 0 ]; then apt=(sudo -n "${apt[@]}"); fi
-    say "installing Debian's redis-server (Argo CD's cache): ${apt[*]}"
-    if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null 2>&1; then
-      DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
-      DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null || { say "could not install redis-server"; return 1; }
-    fi
-  fi
+  command -v redis-server >/dev/null 2>&1 || apt_install redis-server
   command -v unshare >/dev/null 2>&1 || { say "unshare (util-linux) is needed"; return 1; }
+  # the real node (e2e/real_node.py): containerd and runc, the CNI plugins, iptables and ipset (kube-proxy,
+  # kube-router), conntrack, a C compiler (the pod sandbox's pause), busybox-static (tools in the store's image)
+  local missing=()
+  for pair in containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins \
+              iptables:iptables ipset:ipset conntrack:conntrack cc:gcc busybox:busybox-static; do
+    local tool=${pair%%:*} package=${pair#*:}
+    if [ "${tool#/}" != "$tool" ]; then [ -x "$tool" ] || missing+=("$package")
+    else command -v "$tool" >/dev/null 2>&1 || missing+=("$package"); fi
+  done
+  [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+  ensure_image_tools
+}
+
+# make image without a Docker engine: Debian's buildah (builds the Dockerfile without a daemon) and mmdebstrap (the
+# Debian base standing in for rayproject/ray); a machine with Docker needs neither.
+ensure_image_tools() {
+  if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then return 0; fi
+  local missing=()
+  for tool in buildah mmdebstrap; do command -v "$tool" >/dev/null 2>&1 || missing+=("$tool"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  apt_install "${missing[@]}" uidmap
+}
+
+# apt-get install (as root, or through sudo -n), updating the package lists once if the first try fails
+apt_install() {
+  local apt=(apt-get install -y --no-install-recommends "$@")
+  if [ "$(id -u)" -ne 0 ]; then apt=(sudo -n "${apt[@]}"); fi
+  say "installing Debian's $*: ${apt[*]}"
+  if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive "${apt[@]}" >/dev/null || { say "could not install $*"; return 1; }
+  fi
 }
 
 # checkov (make scan) in a virtualenv of its own: its pins (boto3, networkx, ...) are not this project's, and it is a
@@ -126,5 +151,6 @@ case "$profile" in
   helm) ensure_venv; ensure_helm ;;
   e2e)  ensure_venv; install_extras base ".[dev]"; ensure_helm; ensure_e2e_system; ensure_checkov ;;
   scan) ensure_venv; install_extras base ".[dev]"; ensure_checkov ;;
-  *) say "usage: scripts/setup.sh [base|all|helm|e2e|scan]"; exit 2 ;;
+  image) ensure_image_tools ;;
+  *) say "usage: scripts/setup.sh [base|all|helm|e2e|scan|image]"; exit 2 ;;
 esac

@@ -40,6 +40,10 @@ AGREEMENTS = {
         V.ray),
     "training/Dockerfile ARG RAY_VERSION": (lambda: re.search(r"^ARG RAY_VERSION=(\S+)", (
         REPO / "training/Dockerfile").read_text(), re.M).group(1), V.ray),
+    "training/Dockerfile ARG PYTHON_TAG (Ray's image tag for the Python)": (lambda: re.search(
+        r"^ARG PYTHON_TAG=(\S+)", (REPO / "training/Dockerfile").read_text(), re.M).group(1), V.python_tag),
+    "pyproject.toml requires-python": (lambda: re.search(r'requires-python = ">=(\d+\.\d+)', (
+        REPO / "pyproject.toml").read_text()).group(1), V.python),
     "training/requirements.txt ray": (lambda: _pin((REPO / "training/requirements.txt").read_text(), "ray"), V.ray),
     "pyproject.toml ray": (lambda: _pin((REPO / "pyproject.toml").read_text(), "ray"), V.ray),
     "environments/base.yaml kubernetesVersion": (lambda: yaml.safe_load(

@@ -154,6 +154,7 @@ def run_train(job: Job, user_fn, hooks: TestHooks, progress: Progress) -> tuple[
     t = time.time()
     check_resources(job.workers)
     progress.timings["resourceCheck"] = round(time.time() - t, 3)
+    check_storage(job, progress)
     trainer = build_trainer(job, user_fn, hooks)
     w = job.workers
     gpu = f" + {w.gpu:g} GPU" if w.gpu else ""
@@ -169,12 +170,34 @@ def run_train(job: Job, user_fn, hooks: TestHooks, progress: Progress) -> tuple[
     return _success_train(job, fit_result, progress.cluster, progress.fit_s), 0
 
 
+def check_storage(job: Job, progress: Progress) -> None:
+    """The checkpoint storage is writable and every Ray node sees it (training.shared_storage), before any worker
+    starts: a storage path one pod alone sees fails here, not after the first epochs."""
+    from training.shared_storage import check_shared
+
+    t = time.time()
+    others = check_shared(job.checkpoint.storage_path)
+    progress.timings["storageCheck"] = round(time.time() - t, 3)
+    if others:
+        say(f"checkpoint storage {job.checkpoint.storage_path}: seen by the driver's node and {others} other node(s)")
+
+
 def run_tune(job: Job, user_fn, hooks: TestHooks, resume: bool, progress: Progress) -> tuple[dict, int]:
     from training.tune import run_experiment
 
+    check_storage(job, progress)
     result, code, progress.fit_s = run_experiment(job, user_fn, progress.cluster, resume=resume, hooks=hooks)
     progress.timings["fit"] = round(progress.fit_s, 3)
     return result, code
+
+
+def _full_path(job: Job, path: str | None) -> str | None:
+    """A checkpoint path as Ray Train reports it (on its filesystem: ``bucket/prefix/...`` for S3), with the storage's
+    scheme back on, so that the result names a place the user can open: ``s3://bucket/prefix/...``."""
+    store = job.checkpoint.storage_path
+    if not path or not storage.is_uri(store) or store.startswith("file://") or storage.is_uri(path):
+        return path
+    return f"{store.split('://', 1)[0]}://{path}"
 
 
 def _success_train(job: Job, fit_result, cluster: dict, fit_s: float) -> dict:
@@ -187,10 +210,10 @@ def _success_train(job: Job, fit_result, cluster: dict, fit_s: float) -> dict:
     ranked = []
     for ckpt, metrics in (fit_result.best_checkpoints or []):
         value = (metrics or {}).get(metric)
-        ranked.append({"path": ckpt.path, "epoch": (metrics or {}).get("epoch"), metric: value})
+        ranked.append({"path": _full_path(job, ckpt.path), "epoch": (metrics or {}).get("epoch"), metric: value})
         if isinstance(value, (int, float)) and (best_value is None or better(value, best_value)):
-            best_path, best_value = ckpt.path, value
-    latest = fit_result.checkpoint.path if fit_result.checkpoint is not None else None
+            best_path, best_value = _full_path(job, ckpt.path), value
+    latest = _full_path(job, fit_result.checkpoint.path) if fit_result.checkpoint is not None else None
     if best_path is None:
         best_path = latest or (rv.get("checkpointSource") or ":").split(":", 1)[1] or None
     final = history[-1] if rv.get("trainedEpochs") else (rv.get("evaluation") or (history[-1] if history else {}))

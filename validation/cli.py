@@ -120,6 +120,7 @@ def _policy(args: argparse.Namespace) -> int:
         dashboard_exposure_allowed=pick(args.allow_dashboard_exposure, base and base.dashboard_exposure_allowed,
                                         False),
         efa_nodes=pick(args.efa_nodes, base and base.efa_nodes, None),
+        origins=base.origins if base else {},
     )
     files = list(args.environment_file)
     if args.facts_from and args.facts_from not in files:
@@ -148,7 +149,9 @@ def _facts_from(path: Path) -> EnvFacts:
         from generator import environments
         from generator.errors import RenderError
         try:
-            return EnvFacts.from_mapping(environments.load(path.parent.parent, path.stem).doc, path.stem)
+            from .repository import origins
+            env = environments.load(path.parent.parent, path.stem)
+            return EnvFacts.from_mapping(env.doc, path.stem, origins(env))
         except RenderError as exc:
             raise ValueError(str(exc)) from None
     return EnvFacts.from_environment_file(path)

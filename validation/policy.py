@@ -10,6 +10,7 @@ import base64
 import binascii
 import os
 import re
+import shlex
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -472,6 +473,188 @@ def rule_readonly_root_scratch(manifests: Sequence[Manifest], facts: EnvFacts) -
                          f"mount an emptyDir there (the charts' scratch.enabled)")
 
 
+# --- checkpoint-storage-shared -----------------------------------------------------------------------------------
+
+# How `python -m training run` chooses its storage: checkpoint.storagePath of the spec, else $TRAINING_STORAGE_PATH,
+# else ./results/training under the working directory (training/spec.py).
+STORAGE_ENV = "TRAINING_STORAGE_PATH"
+DEFAULT_STORAGE = "./results/training"
+_TRAINING_RUN = re.compile(r"(?:^|\s)(?:-m\s+)?training\s+run(?:\s|$)")
+# Volumes every pod that mounts them shares (network file systems); a claim is shared when it is ReadWriteMany.
+SHARED_VOLUME_KINDS = ("nfs", "cephfs", "glusterfs", "azureFile")
+
+
+@dataclass(frozen=True)
+class _Storage:
+    path: str
+    source: str        # spec | runtimeEnv | env | default
+    where: list        # where in the document it is decided
+
+
+def _ray_container(template: dict) -> dict:
+    containers = ((template.get("spec") or {}).get("containers") or [{}]) if isinstance(template, dict) else [{}]
+    return containers[0] if isinstance(containers[0], dict) else {}
+
+
+def _spec_storage(m: Manifest, manifests: Sequence[Manifest], entrypoint: str, head: dict) -> str | None:
+    """checkpoint.storagePath of the job spec the entrypoint runs, read from the ConfigMap mounted where it points."""
+    try:
+        tokens = shlex.split(entrypoint)
+    except ValueError:
+        return None
+    after = tokens[tokens.index("run") + 1:] if "run" in tokens else []
+    spec_file = next((t for t in after if not t.startswith("-")), None)
+    if not spec_file:
+        return None
+    pod = (head.get("template") or {}).get("spec") or {}
+    volumes = {v.get("name"): v for v in pod.get("volumes") or [] if isinstance(v, dict)}
+    for mount in _ray_container(head.get("template") or {}).get("volumeMounts") or []:
+        base = str(mount.get("mountPath", "")).rstrip("/") + "/"
+        config_map = (volumes.get(mount.get("name")) or {}).get("configMap")
+        if not spec_file.startswith(base) or not isinstance(config_map, dict):
+            continue
+        key = spec_file[len(base):]
+        key = next((i.get("key") for i in config_map.get("items") or [] if i.get("path") == key), key)
+        namespace = (m.doc.get("metadata") or {}).get("namespace")
+        for cm in manifests:
+            if cm.kind == "ConfigMap" and cm.name == config_map.get("name") and _same_namespace(
+                    (cm.doc.get("metadata") or {}).get("namespace"), namespace):
+                try:
+                    spec = yaml.safe_load(((cm.doc.get("data") or {}).get(key)) or "") or {}
+                except yaml.YAMLError:
+                    return None
+                storage = (spec.get("checkpoint") or {}).get("storagePath") if isinstance(spec, dict) else None
+                return storage if isinstance(storage, str) and storage else None
+    return None
+
+
+def _job_storage(m: Manifest, manifests: Sequence[Manifest], cluster_path: list, cluster: dict) -> _Storage | None:
+    """Where the training package of this cluster's job would put checkpoints, and where that is decided; ``None``
+    when the cluster runs no training job this can know of (another entrypoint and no TRAINING_STORAGE_PATH, or a
+    value from a reference)."""
+    head = cluster["headGroupSpec"]
+    container = _ray_container(head.get("template") or {})
+    containers_path = cluster_path + ["headGroupSpec", "template", "spec", "containers", 0]
+    spec = m.doc.get("spec") or {}
+    entrypoint = spec.get("entrypoint") if m.kind == "RayJob" and isinstance(spec.get("entrypoint"), str) else ""
+    runs_training = bool(_TRAINING_RUN.search(entrypoint))
+    if runs_training:
+        from_spec = _spec_storage(m, manifests, entrypoint, head)
+        if from_spec:
+            return _Storage(from_spec, "spec", ["spec", "entrypoint"])
+        try:
+            runtime_env = yaml.safe_load(spec.get("runtimeEnvYAML") or "") or {}
+        except yaml.YAMLError:
+            runtime_env = {}
+        env_vars = runtime_env.get("env_vars") if isinstance(runtime_env, dict) else None
+        if isinstance(env_vars, dict) and isinstance(env_vars.get(STORAGE_ENV), str):
+            return _Storage(env_vars[STORAGE_ENV], "runtimeEnv", ["spec", "runtimeEnvYAML"])
+    for index, entry in enumerate(container.get("env") or []):
+        if isinstance(entry, dict) and entry.get("name") == STORAGE_ENV:
+            if not isinstance(entry.get("value"), str):
+                return None  # valueFrom: not knowable here
+            return _Storage(entry["value"], "env", containers_path + ["env", index])
+    return _Storage(DEFAULT_STORAGE, "default", ["spec", "entrypoint"]) if runs_training else None
+
+
+def _pod_groups(cluster_path: list, cluster: dict) -> Iterator[tuple[str, list, dict, int]]:
+    """(label, path, pod template, most pods) of the head and of each worker group that can have pods."""
+    yield "the head", cluster_path + ["headGroupSpec", "template"], cluster["headGroupSpec"].get("template") or {}, 1
+    autoscaling = cluster.get("enableInTreeAutoscaling") is True
+    for index, group in enumerate(cluster.get("workerGroupSpecs") or []):
+        if not isinstance(group, dict):
+            continue
+        counts = [group.get(k) for k in ("replicas", "minReplicas") + (("maxReplicas",) if autoscaling else ())]
+        most = max([c for c in counts if isinstance(c, int)] or [0])
+        if most > 0:
+            yield (f"worker group {group.get('groupName', index)!r}",
+                   cluster_path + ["workerGroupSpecs", index, "template"], group.get("template") or {}, most)
+
+
+def _claims(manifests: Sequence[Manifest]) -> dict[tuple[Any, str], list]:
+    return {((m.doc.get("metadata") or {}).get("namespace"), m.name): list((m.doc.get("spec") or {}).get(
+        "accessModes") or []) for m in manifests if m.kind == "PersistentVolumeClaim" and m.api_version == "v1"}
+
+
+def _private_storage(path: str, template: dict, claims: dict, namespace: Any) -> str | None:
+    """Why a local ``path`` is private to this pod (``None`` when every pod of the template shares it)."""
+    if not path.startswith("/"):
+        return "a path relative to the container's working directory, on its own filesystem"
+    container = _ray_container(template)
+    mounts = [mt for mt in container.get("volumeMounts") or [] if isinstance(mt, dict)
+              and (path.rstrip("/") + "/").startswith(str(mt.get("mountPath", "")).rstrip("/") + "/")]
+    if not mounts:
+        return "on the container's own filesystem (no volume is mounted there)"
+    mount = max(mounts, key=lambda mt: len(str(mt.get("mountPath", ""))))
+    volume = next((v for v in (template.get("spec") or {}).get("volumes") or []
+                   if isinstance(v, dict) and v.get("name") == mount.get("name")), {})
+    kind = next((k for k in volume if k != "name"), "unknown")
+    if mount.get("readOnly"):
+        return f"volume {mount.get('name')!r} mounted read-only at {mount.get('mountPath')}"
+    if kind in SHARED_VOLUME_KINDS:
+        return None
+    if kind == "persistentVolumeClaim":
+        name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        modes = next((modes for (ns, claim), modes in claims.items() if claim == name and _same_namespace(ns, namespace)),
+                     None)
+        if modes is None or "ReadWriteMany" in modes:
+            return None  # a claim made outside this repository: its access modes are not known here
+        return f"claim {name!r} at {mount.get('mountPath')}, which is {', '.join(modes)}: mounted by one node only"
+    return f"volume {mount.get('name')!r} at {mount.get('mountPath')} is {kind}: each pod has its own"
+
+
+def _storage_inputs(m: Manifest, source: str) -> list[tuple]:
+    """The environment keys that decide a cluster's storage, most specific first."""
+    app = Path(m.path).parent.name
+    if app.startswith("job-"):
+        job = app[len("job-"):]
+        if source == "spec":
+            return [("jobs", job, "job", "spec", "checkpoint", "storagePath"),
+                    ("jobDefaults", "job", "spec", "checkpoint", "storagePath")]
+        return [("jobs", job, "cluster", "checkpoints"), ("jobDefaults", "cluster", "checkpoints"),
+                ("cluster", "checkpoints")]
+    return [("rayCluster", "values", "checkpoints"), ("cluster", "checkpoints")]
+
+
+def rule_checkpoint_storage_shared(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    """A Ray cluster of several pods whose training job checkpoints to storage one pod alone sees: Ray Train V2
+    refuses it as soon as a worker in another pod saves (its storage marker is missing there), after the first
+    epochs have been paid for."""
+    claims = _claims(manifests)
+    for m in manifests:
+        if m.kind not in ("RayJob", "RayCluster") or not isinstance(m.doc.get("spec"), dict):
+            continue
+        if m.kind == "RayJob" and m.doc["spec"].get("clusterSelector"):
+            continue  # runs on an existing cluster: that cluster's storage applies
+        namespace = (m.doc.get("metadata") or {}).get("namespace")
+        for cluster_path, cluster in iter_ray_cluster_specs(m.doc):
+            storage = _job_storage(m, manifests, cluster_path, cluster)
+            groups = list(_pod_groups(cluster_path, cluster))
+            if storage is None or len(groups) < 2 or (is_uri(storage.path) and not storage.path.startswith("file:")):
+                continue
+            path = storage.path[len("file://"):] if storage.path.startswith("file://") else storage.path
+            private = [f"{label}: {why}" for label, _, template, _ in groups
+                       if (why := _private_storage(path, template, claims, namespace))]
+            if not private:
+                continue
+            pods = sum(most for *_, most in groups)
+            source = {"spec": "the job spec's checkpoint.storagePath", "runtimeEnv": f"the job's runtime env {STORAGE_ENV}",
+                      "env": STORAGE_ENV, "default": f"the default: neither checkpoint.storagePath nor {STORAGE_ENV}"
+                      }[storage.source]
+            where = facts.where(*_storage_inputs(m, storage.source))
+            yield _v("checkpoint-storage-shared", m, storage.where,
+                     f"a Ray cluster of {'up to ' if cluster.get('enableInTreeAutoscaling') else ''}{pods} pods "
+                     f"checkpoints to {storage.path} ({source}), which is not shared: {'; '.join(private)}. Ray Train "
+                     f"fails as soon as a worker in another pod saves a checkpoint (the training package refuses it "
+                     f"before training starts); give every pod the same storage: cluster.checkpoints with store: s3 "
+                     f"(an S3-compatible store: the platform chart's objectStore, or AWS S3) or store: volume with a "
+                     f"ReadWriteMany claim" + (f" (input: {where})" if where else ""))
+
+
+def is_uri(path: str) -> bool:
+    return "://" in path
+
+
 RULES: dict[str, Rule] = {rule.name: rule for rule in (
     Rule("resources-required", "every container and init container has CPU and memory requests and limits",
          rule_resources_required),
@@ -496,6 +679,12 @@ RULES: dict[str, Rule] = {rule.name: rule for rule in (
          rule_readonly_root_scratch),
     Rule("network-policy", "the pods of every Ray cluster (RayCluster, a RayJob's cluster) and of every PyTorchJob "
                            "are selected by a NetworkPolicy of their namespace", rule_network_policy),
+    Rule("checkpoint-storage-shared", "a Ray cluster of more than one pod running the training package (a RayJob's "
+                                      "`training run`, or any cluster setting TRAINING_STORAGE_PATH) checkpoints to "
+                                      "storage every pod shares: a URI (s3://, gs://) or a volume of every pod that "
+                                      "is a ReadWriteMany claim or a network file system; not a container's own "
+                                      "filesystem, an emptyDir, a hostPath or a ReadWriteOnce claim",
+         rule_checkpoint_storage_shared),
 )}
 
 

@@ -22,8 +22,14 @@ def environment_names(root: Path, env: str | None) -> list[str]:
 
 
 def facts(root: Path, env) -> tuple[EnvFacts, list[Path]]:
-    """The policy facts of a composed environment (generator.environments.Environment), and its files."""
-    return EnvFacts.from_mapping(env.doc, env.name), [root / f for f in env.files]
+    """The policy facts of a composed environment (generator.environments.Environment), with where each key was
+    set, and its files."""
+    return EnvFacts.from_mapping(env.doc, env.name, origins(env)), [root / f for f in env.files]
+
+
+def origins(env) -> dict[tuple, str]:
+    """``{key path: "environments/<file>.yaml:<line>"}`` of a composed environment, from the generator's loader."""
+    return {path: f"{loc.file}:{loc.line}" for path, loc in env.layer.origins.items() if loc.line is not None}
 
 
 def lint(root: Path, env: str | None = None, out=sys.stdout) -> int:

@@ -11,7 +11,7 @@ import pytest
 
 from e2e import cli, gitops, state
 from tests.e2e import scenarios
-from tests.e2e.harness import BootstrapWatch, Harness
+from tests.e2e.harness import BUDGETS, BootstrapWatch, Harness
 
 HERE = os.path.dirname(__file__)
 
@@ -61,6 +61,9 @@ def _record(harness: Harness) -> None:
         results["healthy_apps"] = 0
         results["apps_error"] = str(exc)
     results["finished"] = time.time()
+    current = state.read()
+    results["real_pods"] = sum(v for k, v in current.items() if k.startswith("real_pods_"))
+    results["budgets"] = {**results.get("budgets", {}), **BUDGETS}
     cli._save_results(results)
 
 

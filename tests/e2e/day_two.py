@@ -6,7 +6,7 @@ as a kubelet reports them (e2e.kwok_stages).
   --follow` follows it until the run ends; the driver then prints PyTorch's NCCL watchdog timeout and fails on every
   attempt. `make watch --auto-retry 1` diagnoses the failed run (retryable), retries through git, and ends 0 when
   the new run succeeds; `make logs` then shows the new run's driver.
-- STOPPED (minikube digits-torch, a RayJob): a new run whose worker is held in ErrImagePull is diagnosed as an
+- STOPPED (eks digits-torch, a RayJob): a new run whose worker is held in ErrImagePull is diagnosed as an
   image pull failure while stuck; then its submitter is OOMKilled on every attempt, and `make watch --auto-retry 2`
   stops (exit 1) without a retry: that needs a change. A retry "after the fix" then runs to success.
 
@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from tests.e2e.harness import RAY, wait_for
 
 RETRIED = ("eks", "cifar10-torch")
-STOPPED = ("minikube", "digits-torch")
+# kwok's pods (a scenario ends them); the real node's own failures are tests/e2e/test_09_real_node.py's
+STOPPED = ("eks", "digits-torch")
 
 # What a Ray Train driver prints when a worker's NCCL watchdog fires (PyTorch's ProcessGroupNCCL message, raised
 # on the worker and re-raised by the driver), before the job fails.
@@ -121,6 +122,17 @@ def succeed(e2e, env: str, run: str, lines: list[str], timeout: float = 300) -> 
             if p.status.phase == "Running":
                 e2e.finish_pod(env, p, 0)
         return False, f"{run}: {status.get('jobDeploymentStatus')}/{status.get('jobStatus')}"
+    return wait_for(check, timeout, 3, f"{env}/{run} did not succeed")
+
+
+def succeeded(e2e, env: str, run: str, timeout: float = 600) -> dict:
+    """Wait for a run of real pods to end SUCCEEDED (it trains; nothing is done to it); fail when it fails."""
+    def check():
+        obj = run_named(e2e, env, run)
+        status = (obj or {}).get("status") or {}
+        state = (status.get("jobDeploymentStatus"), status.get("jobStatus"))
+        assert state[0] != "Failed", f"{run} failed: {status.get('reason')}: {status.get('message')}"
+        return state == ("Complete", "SUCCEEDED"), f"{run}: {state[0]}/{state[1]}"
     return wait_for(check, timeout, 3, f"{env}/{run} did not succeed")
 
 

@@ -32,6 +32,10 @@ def envs_where(predicate) -> list[str]:
     return [env for env in nodes.environments() if predicate(environment(env))]
 
 
+# label -> seconds: what a scenario measured that `make e2e` prints as a budget line (conftest records them)
+BUDGETS: dict[str, float] = {}
+
+
 class Timeout(AssertionError):
     pass
 
@@ -111,8 +115,30 @@ class Harness:
     def events(self, env: str, namespace: str | None = None) -> list:
         return self.core(env).list_namespaced_event(namespace or self.namespace(env)).items
 
+    def real(self, env: str) -> bool:
+        """Is the environment's node this machine (real containers), not kwok's?"""
+        return bool(self.current["clusters"][env].get("real_node"))
+
+    @property
+    def real_envs(self) -> list[str]:
+        return [env for env in self.envs if self.real(env)]
+
+    def load_image(self, env: str, source: str, target: str) -> None:
+        """`minikube image load` of a rebuilt image: the node's containerd knows `source` as `target` too."""
+        from e2e.real_node import tag_image
+        tag_image(Path(self.current["clusters"][env]["real_node"]["containerd"]), source, target)
+
+    def exec(self, env: str, pod: str, *command: str, namespace: str | None = None, container: str = "") -> str:
+        """Run a command in a container of a real pod (kubectl exec, through the real kubelet)."""
+        args = ["exec", "-n", namespace or self.namespace(env), pod, *(["-c", container] if container else []), "--",
+                *command]
+        return self.kubectl(env, *args)
+
     def finish_pod(self, env: str, pod, exit_code: int, reason: str = "", message: str = "") -> None:
-        """Make kwok end a running pod with this exit code (e2e.kwok_stages)."""
+        """Make kwok end a running pod with this exit code (e2e.kwok_stages). A real pod ends by itself: nothing
+        is done to it."""
+        if self.real(env):
+            return
         annotations = {kwok_stages.EXIT_CODE: str(exit_code)}
         if reason:
             annotations[kwok_stages.REASON] = reason
@@ -130,12 +156,14 @@ class Harness:
 
     def print_to_log(self, env: str, pod, lines: list[str], container: str | None = None) -> None:
         """The pod prints these lines (kwok serves them as its log: e2e.pod_logs)."""
+        assert not self.real(env), f"{env}'s pods are real: what they print is theirs, not a scenario's"
         containers = [c.name for c in pod.spec.containers]
         pod_logs.write(self.custom(env), Path(self.current["clusters"][env]["kubeconfig"]).parent,
                        pod.metadata.namespace, pod.metadata.name, containers, {container or containers[0]: lines})
 
     def hold_pod(self, env: str, pod, reason: str, message: str = "") -> None:
         """Make kwok hold the pod's containers waiting with this reason (e.g. ErrImagePull), as a kubelet would."""
+        assert not self.real(env), f"{env}'s pods are real: the kubelet says why they wait"
         annotations = {kwok_stages.WAITING: reason}
         if message:
             annotations[kwok_stages.MESSAGE] = message

@@ -48,9 +48,12 @@ def bumped(e2e, bootstrapped):
         before[env] = {"cluster": name,
                        "pods": {p.metadata.uid for p in _cluster_pods(e2e, env, name)},
                        "jobs": _jobs(e2e, env), "rendered": _rendered_runs(e2e, env)}
+    old_images = {env: _expected_image(e2e, env) for env in ENVS}
     out = e2e.generator("bump-image", "--tag", NEW_TAG)
     for env in ENVS:
         before[env]["changed"] = before[env]["rendered"] - _rendered_runs(e2e, env)
+        if e2e.real(env):  # the image rebuilt under the new tag and loaded into the node, as a user would
+            e2e.load_image(env, old_images[env], _expected_image(e2e, env))
     e2e.push(f"e2e: make bump-image TAG={NEW_TAG}")
     return before, out
 

@@ -112,3 +112,85 @@ def test_a_schema_change_makes_the_readmes_stale(repo_copy):
     assert "charts/ray-job/README.md is stale: run `python -m generator chart-schemas`" in proc.stdout, proc.stdout
     assert run_generator(repo_copy, "chart-schemas").returncode == 0
     assert "render the NetworkPolicy (changed)" in (repo_copy / "charts/ray-job/README.md").read_text()
+
+
+def _docs(proc) -> dict:
+    assert proc.returncode == 0, proc.stderr
+    return {f"{d['kind']}/{d['metadata']['name']}": d for d in yaml.safe_load_all(proc.stdout) if d}
+
+
+def test_platform_object_store(helm_bin):
+    """The checkpoints' object store: a claim by default (kept by Argo CD), an emptyDir by a value, sidecar metadata
+    by a value; credentials only by reference; a NetworkPolicy admitting the Ray pods alone; refused without a
+    credentials Secret."""
+    base = ["template", "charts/platform", "--namespace", "ray-training", "--set", "objectStore.enabled=true"]
+    docs = _docs(helm(helm_bin, *base))
+    assert {"PersistentVolumeClaim/checkpoint-store-data", "Deployment/checkpoint-store", "Service/checkpoint-store",
+            "NetworkPolicy/checkpoint-store-ingress"} <= set(docs)
+    assert docs["PersistentVolumeClaim/checkpoint-store-data"]["metadata"]["annotations"][
+        "argocd.argoproj.io/sync-options"] == "Prune=false,Delete=false"
+    pod = docs["Deployment/checkpoint-store"]["spec"]["template"]["spec"]
+    [server], [init] = pod["containers"], pod["initContainers"]
+    assert server["command"] == ["/usr/local/bin/versitygw"]
+    assert server["args"] == ["--port", ":7070", "--health", "/_/health", "posix", "/data/buckets"]
+    assert init["command"] == ["mkdir", "-p", "/data/buckets/checkpoints"]
+    assert {e["name"]: e["valueFrom"]["secretKeyRef"] for e in server["env"] if "valueFrom" in e} == {
+        "ROOT_ACCESS_KEY_ID": {"name": "checkpoint-store-credentials", "key": "accessKeyId"},
+        "ROOT_SECRET_ACCESS_KEY": {"name": "checkpoint-store-credentials", "key": "secretAccessKey"}}
+    assert pod["automountServiceAccountToken"] is False and pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in (server, init):
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                                 "capabilities": {"drop": ["ALL"]}}
+    assert {v["name"]: next(k for k in v if k != "name") for v in pod["volumes"]} == {
+        "data": "persistentVolumeClaim", "scratch": "emptyDir"}
+    [rule] = docs["NetworkPolicy/checkpoint-store-ingress"]["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": {
+        "matchLabels": {"app.kubernetes.io/part-of": "ray-gitops"},
+        "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
+                              "values": ["ray-cluster", "ray-job"]}]}}]
+    assert rule["ports"] == [{"port": 7070, "protocol": "TCP"}]
+
+    docs = _docs(helm(helm_bin, *base, "--set", "objectStore.storage.type=emptyDir",
+                      "--set", "objectStore.metadata=sidecar"))
+    assert "PersistentVolumeClaim/checkpoint-store-data" not in docs
+    pod = docs["Deployment/checkpoint-store"]["spec"]["template"]["spec"]
+    assert pod["volumes"][0] == {"name": "data", "emptyDir": {}}
+    assert pod["containers"][0]["args"][-4:] == ["posix", "--sidecar", "/data/meta", "/data/buckets"]
+    assert pod["initContainers"][0]["command"] == ["mkdir", "-p", "/data/buckets/checkpoints", "/data/meta"]
+
+    proc = helm(helm_bin, *base, "--set", "objectStore.credentialsSecret=")
+    assert proc.returncode != 0 and "at '/objectStore/credentialsSecret': '' does not match" in proc.stderr
+
+
+def _ray_env(docs: dict) -> dict:
+    [cluster] = [d for d in docs.values() if d["kind"] == "RayCluster"]
+    container = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}, container
+
+
+def test_cluster_checkpoints_on_s3(helm_bin):
+    """store: s3 gives every Ray container the storage URI, the endpoint, the region and the credentials by
+    reference, and mounts no claim; store: volume keeps the claim; each refuses what it cannot work without."""
+    s3 = ["template", "charts/ray-cluster", "--set", "checkpoints.enabled=true", "--set", "checkpoints.store=s3",
+          "--set", "checkpoints.s3.bucket=checkpoints", "--set", "checkpoints.s3.prefix=runs",
+          "--set", "checkpoints.s3.endpoint=http://checkpoint-store.ray-training.svc:7070/",
+          "--set", "checkpoints.s3.credentialsSecret=checkpoint-store-credentials"]
+    env, container = _ray_env(_docs(helm(helm_bin, *s3)))
+    assert env["TRAINING_STORAGE_PATH"] == "s3://checkpoints/runs"
+    assert env["AWS_ENDPOINT_URL_S3"] == "http://checkpoint-store.ray-training.svc:7070"
+    assert env["AWS_REGION"] == "us-east-1"
+    assert env["AWS_ACCESS_KEY_ID"] == {"secretKeyRef": {"name": "checkpoint-store-credentials", "key": "accessKeyId"}}
+    assert env["AWS_SECRET_ACCESS_KEY"] == {"secretKeyRef": {"name": "checkpoint-store-credentials",
+                                                             "key": "secretAccessKey"}}
+    assert "checkpoints" not in {m["name"] for m in container["volumeMounts"]}
+    env, _ = _ray_env(_docs(helm(helm_bin, *s3[:-2], "--set", "checkpoints.s3.prefix=")))
+    assert env["TRAINING_STORAGE_PATH"] == "s3://checkpoints" and "AWS_ACCESS_KEY_ID" not in env  # IRSA: the pod's own
+    proc = helm(helm_bin, *s3[:6])
+    assert proc.returncode != 0 and "checkpoints.store s3 needs checkpoints.s3.bucket" in proc.stderr
+    env, container = _ray_env(_docs(helm(helm_bin, "template", "charts/ray-cluster", "--set",
+                                         "checkpoints.enabled=true", "--set", "checkpoints.claimName=fsx-claim")))
+    assert env["TRAINING_STORAGE_PATH"] == "/checkpoints" and "AWS_ENDPOINT_URL_S3" not in env
+    assert {"name": "checkpoints", "mountPath": "/checkpoints"} in container["volumeMounts"]
+    proc = helm(helm_bin, "template", "charts/ray-cluster", "--set", "checkpoints.enabled=true")
+    assert proc.returncode != 0 and "needs checkpoints.claimName" in proc.stderr

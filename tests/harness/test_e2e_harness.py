@@ -254,10 +254,13 @@ def test_fake_nodes_look_like_the_environments():
 
 
 def test_bootstrap_knows_the_secrets_the_workloads_reference_out_of_git():
+    """What `make bootstrap` names when missing and the e2e creates (e2e/gitops.py create_prerequisite_secrets):
+    minikube's object store credentials, read by the store and by every Ray pod, are one of them."""
     from ops.bootstrap import referenced_secrets
     assert referenced_secrets(REPO / "apps" / "eks") == {
         ("ray-training", "ray-auth-token"): {"auth_token"}, ("ray-training", "hf-token"): {"token"}}
-    assert referenced_secrets(REPO / "apps" / "minikube") == {}
+    assert referenced_secrets(REPO / "apps" / "minikube") == {
+        ("ray-training", "checkpoint-store-credentials"): {"accessKeyId", "secretAccessKey"}}
 
 
 def test_supervisor_restarts_what_exits_and_down_stops_what_is_left(tmp_path):

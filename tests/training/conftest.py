@@ -63,3 +63,45 @@ def ray_address(ray_session) -> str:
     return ray.get_runtime_context().gcs_address
 
 
+
+
+@pytest.fixture(scope="session")
+def s3_store(tmp_path_factory):
+    """The Versity S3 Gateway built from its Go module by the e2e (`python -m e2e build versitygw`), started on
+    127.0.0.1 when it is built; None when it is not."""
+    from tests.training.support import S3Server, versitygw_binary
+
+    binary = versitygw_binary()
+    if binary is None:
+        yield None
+        return
+    server = S3Server(binary, tmp_path_factory.mktemp("s3")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(s3_store):
+    """The S3 server; the tests that use it are skipped when it is not built, and only then."""
+    if s3_store is None:
+        pytest.skip("the S3 server is not built: `.venv/bin/python -m e2e build versitygw` (e2e/components/versitygw)")
+    return s3_store
+
+
+@pytest.fixture(scope="session")
+def two_node_ray(tmp_path_factory, s3_store):
+    """A Ray cluster of two nodes on this machine, the second with a private folder (``cluster.private_dir``) that
+    the head does not see: two pods with their own filesystems (tests/training/support.py TwoNodeRay). Like the
+    charts' Ray pods, every node has the object store's endpoint and credentials in its environment (when the store
+    is built)."""
+    from tests.training.support import TwoNodeRay
+
+    root = tmp_path_factory.mktemp("two-node-ray")
+    cluster = TwoNodeRay(root, root / "private", env=s3_store.client_env if s3_store else None)
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

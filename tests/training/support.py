@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import time
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,209 @@ def write_cifar10_batches(root: Path, per_batch: int = 8, seed: int = 0) -> dict
     with open(root / "batches.meta", "wb") as fh:
         pickle.dump(meta, fh, protocol=2)
     return written
+
+
+# ------------------------------------------------------------------ a Ray cluster of two nodes, an S3 server
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 right now."""
+    import socket
+
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def node_environ() -> dict[str, str]:
+    """The environment of the Ray nodes and drivers these tests start: no token auth (no ~/.ray/auth_token is written
+    or read), no usage reporting, no RAY_ADDRESS of the shell, this checkout importable by every worker."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "AWS_"))}
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO))
+    return env
+
+
+def stop_group(proc, grace: float = 5.0) -> None:
+    """End a process started with start_new_session=True and everything in its process group (its id): SIGTERM,
+    then SIGKILL after ``grace`` seconds (`ray start --block` outlives its SIGTERM-ed children: it treats their exit
+    as graceful and keeps waiting)."""
+    import signal
+    import subprocess
+
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig == signal.SIGTERM:  # the leader is gone; its group's stragglers are not
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return
+
+
+class TwoNodeRay:
+    """A Ray cluster of two nodes on this machine, as two pods of a KubeRay cluster are: the head (1 CPU), and a
+    worker node (1 CPU) started in a private mount namespace where ``private_dir`` is a tmpfs of its own, so a folder
+    the head's processes write there is not what the worker node's processes read, as an emptyDir or a container's
+    own filesystem is not shared between two pods. Each node is ``ray start --block`` in its own process group, ended
+    by its id (never ``ray stop``, which would end every Ray on the machine)."""
+
+    def __init__(self, root: Path, private_dir: Path, env: dict[str, str] | None = None):
+        self.root, self.private_dir = root, private_dir
+        self.env = {**node_environ(), **(env or {})}
+        self.procs: list = []
+        self.address = ""
+        self.temp_dir = Path("/tmp") / f"ray2n-{os.getpid()}-{os.urandom(3).hex()}"  # socket paths stay short
+
+    def _node_args(self, ports: list[int]) -> list[str]:
+        agent, grpc, metrics, runtime_env, node_manager, object_manager = ports
+        return ["--num-cpus", "1", "--num-gpus", "0", "--node-ip-address", "127.0.0.1",
+                "--object-store-memory", str(300 * 2**20), "--disable-usage-stats",
+                "--dashboard-agent-listen-port", str(agent), "--dashboard-agent-grpc-port", str(grpc),
+                "--metrics-export-port", str(metrics), "--runtime-env-agent-port", str(runtime_env),
+                "--node-manager-port", str(node_manager), "--object-manager-port", str(object_manager)]
+
+    def start(self, timeout: float = 120.0) -> str:
+        import shutil
+        import subprocess
+        import sys
+
+        if not shutil.which("unshare"):
+            raise RuntimeError("util-linux `unshare` is needed for a node with a private mount namespace "
+                               "(apt-get install util-linux)")
+        ray_cli = str(Path(sys.executable).with_name("ray"))
+        ports = free_ports(15)
+        gcs, dashboard, client = ports[:3]
+        self.address = f"127.0.0.1:{gcs}"
+        self.private_dir.mkdir(parents=True, exist_ok=True)
+        env = self.env
+        logs = self.root / "ray-nodes"
+        logs.mkdir(parents=True, exist_ok=True)
+        head = [ray_cli, "start", "--head", "--block", "--port", str(gcs), "--temp-dir", str(self.temp_dir),
+                "--include-dashboard", "true", "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
+                "--ray-client-server-port", str(client), *self._node_args(ports[3:9])]
+        worker = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
+                  'mount -t tmpfs -o size=64m tmpfs "$0" && shift && exec "$@"', str(self.private_dir), "--",
+                  ray_cli, "start", "--block", "--address", self.address, *self._node_args(ports[9:15])]
+        for name, cmd in (("head", head), ("worker", worker)):
+            with open(logs / f"{name}.log", "wb") as log:
+                self.procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                   start_new_session=True, cwd=self.root))
+            if name == "head":
+                self._wait_nodes(1, timeout, logs)
+        self._wait_nodes(2, timeout, logs)
+        return self.address
+
+    def _wait_nodes(self, count: int, timeout: float, logs: Path) -> None:
+        import subprocess
+        import sys
+
+        probe = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+                 "print(sum(1 for n in ray.nodes() if n['Alive']))")
+        deadline = time.monotonic() + timeout
+        seen = ""
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in self.procs):
+                break
+            out = subprocess.run([sys.executable, "-c", probe, self.address], env=node_environ(),
+                                 capture_output=True, text=True, timeout=60)
+            seen = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else out.stderr[-500:]
+            if seen == str(count):
+                return
+            time.sleep(1)
+        tails = {p.name: p.read_text(errors="replace")[-2000:] for p in logs.glob("*.log")}
+        raise RuntimeError(f"the 2-node Ray at {self.address} did not reach {count} node(s) (last: {seen}): {tails}")
+
+    def stop(self) -> None:
+        import shutil
+
+        for proc in reversed(self.procs):
+            stop_group(proc)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def run_driver(spec: Path, address: str, env: dict[str, str], output: Path | None = None, timeout: float = 600):
+    """``python -m training run`` as a RayJob's entrypoint runs it: its own process, joining RAY_ADDRESS; the result
+    goes to ``output``, else where the job's own default puts it (``<storage>/<name>/result.json``)."""
+    import subprocess
+    import sys
+
+    environ = {**node_environ(), **env, "RAY_ADDRESS": address}
+    args = ["--output", str(output)] if output else []
+    return subprocess.run([sys.executable, "-m", "training", "run", str(spec), *args],
+                          env=environ, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+VERSITYGW = "versitygw"
+
+
+def versitygw_binary() -> Path | None:
+    """The S3 server the e2e builds from its Go module (`python -m e2e build versitygw`), or None when it is not built
+    (or Go, which names its cache folder, is missing)."""
+    from e2e import components
+
+    try:
+        component = components.BY_NAME[VERSITYGW]
+        if not components.is_built(component):
+            return None
+        return components.binary_dir(component) / VERSITYGW
+    except (KeyError, components.BuildError, OSError):
+        return None
+
+
+class S3Server:
+    """The Versity S3 Gateway on 127.0.0.1 over a folder (its posix backend: a bucket is a folder), started by its
+    process id and ended by it; ``bucket`` exists from the start, as the platform chart's init container makes it."""
+
+    def __init__(self, binary: Path, root: Path, bucket: str = "checkpoints"):
+        self.binary, self.root, self.bucket = binary, root, bucket
+        self.access_key, self.secret_key = "ray-gitops-test", os.urandom(12).hex()
+        self.port = free_ports(1)[0]
+        self.proc = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def client_env(self) -> dict[str, str]:
+        """The environment the charts give every Ray container for store: s3."""
+        return {"AWS_ENDPOINT_URL_S3": self.endpoint, "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key}
+
+    def start(self, timeout: float = 30.0) -> S3Server:
+        import subprocess
+        import urllib.request
+
+        (self.root / "buckets" / self.bucket).mkdir(parents=True, exist_ok=True)
+        env = {"PATH": os.environ.get("PATH", ""), "ROOT_ACCESS_KEY_ID": self.access_key,
+               "ROOT_SECRET_ACCESS_KEY": self.secret_key, "VGW_REGION": "us-east-1"}
+        log = open(self.root / "versitygw.log", "wb")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen([str(self.binary), "--port", f"127.0.0.1:{self.port}", "--health", "/_/health",
+                                      "posix", str(self.root / "buckets")], env=env, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"{self.endpoint}/_/health", timeout=2):
+                    return self
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"versitygw did not answer on {self.endpoint}: "
+                           f"{(self.root / 'versitygw.log').read_text(errors='replace')[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_group(self.proc)

@@ -42,7 +42,7 @@ def test_manifests_missing_schemas_exit_2(tmp_path, capsys, monkeypatch):
 
 def test_policy_flags(capsys):
     assert main(["policy", "--apps-dir", str(GOOD), "--env", "good", "--gpu-nodes", "--efa-nodes"]) == 0
-    assert capsys.readouterr().out.strip() == "good: policies OK (10 rules checked)"
+    assert capsys.readouterr().out.strip() == "good: policies OK (11 rules checked)"
     assert main(["policy", "--apps-dir", str(GOOD), "--env", "cpu", "--no-gpu-nodes"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("gpu-only-on-gpu-env: ") and "cpu: 3 policy violation(s)" in out
@@ -75,7 +75,8 @@ def test_module_entry_point(crds):
     assert proc.returncode == 0
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [
         "resources-required", "image-pinned", "no-plaintext-secrets", "gpu-only-on-gpu-env", "efa-complete", "efa-image",
-        "efa-only-on-efa-env", "dashboard-not-exposed", "readonly-root-scratch", "network-policy"]
+        "efa-only-on-efa-env", "dashboard-not-exposed", "readonly-root-scratch", "network-policy",
+        "checkpoint-storage-shared"]
 
 
 def test_facts_from_a_repository_environment_are_the_composed_ones(capsys):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.validation.support import FIXTURES, KUBE_VERSION
@@ -315,3 +317,66 @@ def test_readonly_root_scratch():
     assert any("its mount at /tmp is readOnly" in m for m in messages), messages
     assert any("its mount at /tmp/ is volume 'settings', which is not a writable kind" in m for m in messages)
     assert any("nothing writable is mounted at /scratch" in m for m in messages), messages
+
+
+def test_checkpoint_storage_shared():
+    violations = check_policies(POLICY / "checkpoint-storage-shared", CPU_ENV)
+    assert _found(violations) == [
+        ("checkpoint-storage-shared", "raycluster-rwo-claim.yaml", "spec.headGroupSpec.template.spec.containers[0].env[0]"),
+        ("checkpoint-storage-shared", "rayjob-default-storage.yaml", "spec.entrypoint"),
+        ("checkpoint-storage-shared", "rayjob-spec-on-emptydir.yaml", "spec.entrypoint"),
+    ]
+    by_file = {v.file.rsplit("/", 1)[-1]: v.message for v in violations}
+    assert "up to 3 pods checkpoints to /checkpoints/runs (TRAINING_STORAGE_PATH)" in by_file["raycluster-rwo-claim.yaml"]
+    assert "claim 'rwo' at /checkpoints, which is ReadWriteOnce" in by_file["raycluster-rwo-claim.yaml"]
+    assert ("3 pods checkpoints to ./results/training (the default: neither checkpoint.storagePath nor "
+            "TRAINING_STORAGE_PATH)") in by_file["rayjob-default-storage.yaml"]
+    assert "a path relative to the container's working directory" in by_file["rayjob-default-storage.yaml"]
+    # the spec's storage wins over TRAINING_STORAGE_PATH, as in the training package
+    assert ("/scratch/checkpoints (the job spec's checkpoint.storagePath)" in by_file["rayjob-spec-on-emptydir.yaml"]
+            and "volume 'scratch' at /scratch is emptyDir" in by_file["rayjob-spec-on-emptydir.yaml"])
+    assert all("store: s3" in m and "ReadWriteMany" in m for m in by_file.values())
+
+
+def test_checkpoint_storage_shared_names_the_input_line():
+    """Run on a rendered job's file (apps/<env>/job-<name>/), a violation names the environment line to change: the
+    most specific key that sets the storage, else where cluster.checkpoints would go."""
+    import yaml
+    doc = yaml.safe_load((POLICY / "checkpoint-storage-shared" / "app" / "rayjob-default-storage.yaml").read_text())
+    spec = yaml.safe_load((POLICY / "checkpoint-storage-shared" / "app" / "configmap-digits-spec.yaml").read_text())
+    manifests = [Manifest(Path("apps/minikube/job-digits-torch/rayjob-digits-torch-0123abcd.yaml"), doc=doc),
+                 Manifest(Path("apps/minikube/job-digits-torch/configmap-digits-spec.yaml"), doc=spec)]
+    origins = {("cluster",): "environments/minikube.yaml:34", ("jobDefaults", "cluster"): "environments/minikube.yaml:60"}
+    facts = EnvFacts("minikube", KUBE_VERSION, gpu_nodes=False, origins=origins)
+    [violation] = check_documents(manifests, facts, ["checkpoint-storage-shared"])
+    assert violation.message.endswith("(input: environments/minikube.yaml:34: cluster.checkpoints)")
+    origins[("jobs", "digits-torch", "cluster", "checkpoints")] = "environments/minikube.yaml:80"
+    [violation] = check_documents(manifests, facts, ["checkpoint-storage-shared"])
+    assert violation.message.endswith("(input: environments/minikube.yaml:80: jobs.digits-torch.cluster.checkpoints)")
+
+
+def test_checkpoint_storage_shared_on_the_environments(repo_copy):
+    """The shipped environments pass; minikube without its object store (as it was: no checkpoints) is refused at the
+    line of its file where cluster.checkpoints goes."""
+    import re
+
+    from generator import environments
+    from tests.support import run_generator
+    from validation.repository import facts
+
+    for env in ("minikube", "eks"):
+        env_facts, _ = facts(repo_copy, environments.load(repo_copy, env))
+        assert check_policies(repo_copy / "apps" / env, env_facts, rules=["checkpoint-storage-shared"]) == []
+    path = repo_copy / "environments" / "minikube.yaml"
+    text = path.read_text()
+    block = re.search(r"\n  checkpoints:\n(    .*\n|      .*\n)+", text)
+    assert block, "environments/minikube.yaml no longer sets cluster.checkpoints"
+    path.write_text(text.replace(block.group(0), "\n"))
+    rendered = run_generator(repo_copy, "render", "--env", "minikube")
+    assert rendered.returncode == 0, rendered.stderr
+    env = environments.load(repo_copy, "minikube")
+    env_facts, _ = facts(repo_copy, env)
+    violations = check_policies(repo_copy / "apps" / "minikube", env_facts, rules=["checkpoint-storage-shared"])
+    cluster_line = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.startswith("cluster:"))
+    assert [(v.file.rsplit("/", 2)[-2], v.where) for v in violations] == [("job-digits-torch", "spec.entrypoint")]
+    assert violations[0].message.endswith(f"(input: environments/minikube.yaml:{cluster_line}: cluster.checkpoints)")

@@ -69,17 +69,16 @@ Sorted by name. */}}
 {{- if $vals.nccl.enabled -}}
 {{- range $k, $v := $vals.nccl.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
 {{- with $vals.nccl.collectiveTimeoutSeconds }}{{ $_ := set $env "TRAINING_COLLECTIVE_TIMEOUT_SECONDS" (toString .) }}{{ end -}}
-{{- if and $vals.checkpoints.enabled (hasKey $env "TORCH_NCCL_DUMP_ON_TIMEOUT") -}}
+{{- if and (include "tlib.checkpointVolume" .root) (hasKey $env "TORCH_NCCL_DUMP_ON_TIMEOUT") -}}
 {{- $_ := set $env "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" (printf "%s/nccl-flight-recorder-rank_" $vals.checkpoints.mountPath) -}}
 {{- end -}}
 {{- end -}}
 {{- range $k, $v := include "tlib.scratchEnv" . | fromYaml }}{{ $_ := set $env $k $v }}{{ end -}}
 {{- range $k, $v := $vals.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
 {{- range $k, $v := .group.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
-{{- if $vals.checkpoints.enabled -}}
-{{- $_ := set $env "TRAINING_STORAGE_PATH" $vals.checkpoints.mountPath -}}
-{{- end -}}
-{{- $secretEnv := $vals.secretEnv | default dict -}}
+{{- range $k, $v := include "tlib.checkpointEnv" .root | fromYaml }}{{ $_ := set $env $k $v }}{{ end -}}
+{{- $secretEnv := deepCopy ($vals.secretEnv | default dict) -}}
+{{- range $k, $v := include "tlib.checkpointSecretEnv" .root | fromYaml }}{{ if not (hasKey $secretEnv $k) }}{{ $_ := set $secretEnv $k $v }}{{ end }}{{ end -}}
 {{- range $name := keys $env | sortAlpha }}
 - name: {{ $name }}
   value: {{ get $env $name | quote }}
@@ -96,6 +95,52 @@ Sorted by name. */}}
       optional: {{ $ref.optional }}
       {{- end }}
 {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+Checkpoint storage (values checkpoints): every pod of a cluster must reach the same storage (Ray Train refuses a
+storage path only one pod sees). store volume: the ReadWriteMany claim, mounted on every pod; store s3: an
+S3-compatible object store, reached through the environment pyarrow (Ray Train's filesystem) and boto3 read.
+*/}}
+{{/* "true" when checkpoints live on the claim mounted at checkpoints.mountPath. */}}
+{{- define "tlib.checkpointVolume" -}}
+{{- $c := .Values.checkpoints -}}
+{{- if and $c.enabled (ne ($c.store | default "volume") "s3") -}}
+{{- if not $c.claimName -}}
+{{- fail "checkpoints.enabled with store volume needs checkpoints.claimName (the ReadWriteMany PersistentVolumeClaim every pod mounts), or store: s3 with checkpoints.s3.bucket" -}}
+{{- end -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The storage env (name: value): TRAINING_STORAGE_PATH, and for store s3 the endpoint and region. */}}
+{{- define "tlib.checkpointEnv" -}}
+{{- $c := .Values.checkpoints -}}
+{{- if include "tlib.checkpointVolume" . }}
+TRAINING_STORAGE_PATH: {{ $c.mountPath | quote }}
+{{- else if $c.enabled }}
+{{- $s3 := $c.s3 | default dict }}
+{{- if not $s3.bucket }}
+{{- fail "checkpoints.store s3 needs checkpoints.s3.bucket (the bucket checkpoints go to: s3://<bucket>/<prefix>)" }}
+{{- end }}
+TRAINING_STORAGE_PATH: {{ trimSuffix "/" (printf "s3://%s/%s" $s3.bucket (trimAll "/" ($s3.prefix | default ""))) | quote }}
+{{- with $s3.endpoint }}
+AWS_ENDPOINT_URL_S3: {{ trimSuffix "/" . | quote }}
+{{- end }}
+{{- with $s3.region }}
+AWS_REGION: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* store s3 with credentialsSecret: the credentials as secretEnv entries (name: {secretName, key}). */}}
+{{- define "tlib.checkpointSecretEnv" -}}
+{{- $c := .Values.checkpoints -}}
+{{- $s3 := $c.s3 | default dict -}}
+{{- if and $c.enabled (eq ($c.store | default "volume") "s3") $s3.credentialsSecret }}
+AWS_ACCESS_KEY_ID: {secretName: {{ $s3.credentialsSecret | quote }}, key: {{ $s3.accessKeyIdKey | default "accessKeyId" | quote }}}
+AWS_SECRET_ACCESS_KEY: {secretName: {{ $s3.credentialsSecret | quote }}, key: {{ $s3.secretAccessKeyKey | default "secretAccessKey" | quote }}}
 {{- end }}
 {{- end -}}
 
@@ -173,10 +218,7 @@ volumeMounts:
 {{- if $vals.shm.enabled -}}
 {{- $vols = append $vols (dict "name" "shm" "emptyDir" (dict "medium" "Memory" "sizeLimit" $vals.shm.sizeLimit)) -}}
 {{- end -}}
-{{- if $vals.checkpoints.enabled -}}
-{{- if not $vals.checkpoints.claimName -}}
-{{- fail "checkpoints.enabled needs checkpoints.claimName (the PersistentVolumeClaim to mount)" -}}
-{{- end -}}
+{{- if include "tlib.checkpointVolume" .root -}}
 {{- $vols = append $vols (dict "name" "checkpoints" "persistentVolumeClaim" (dict "claimName" $vals.checkpoints.claimName)) -}}
 {{- end -}}
 {{- $vols = concat $vols ($vals.volumes | default list) (.group.volumes | default list) (.extraVolumes | default list) -}}
@@ -193,7 +235,7 @@ volumeMounts:
 {{- if $vals.shm.enabled -}}
 {{- $mounts = append $mounts (dict "name" "shm" "mountPath" "/dev/shm") -}}
 {{- end -}}
-{{- if $vals.checkpoints.enabled -}}
+{{- if include "tlib.checkpointVolume" .root -}}
 {{- $mounts = append $mounts (dict "name" "checkpoints" "mountPath" $vals.checkpoints.mountPath) -}}
 {{- end -}}
 {{- $mounts = concat $mounts ($vals.volumeMounts | default list) (.group.volumeMounts | default list) (.extraVolumeMounts | default list) -}}

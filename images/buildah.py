@@ -1,0 +1,57 @@
+"""buildah (Debian's package: builds OCI images without a daemon), with its storage under the repository's .cache so
+that nothing outside the clone holds the images, and chroot isolation (no runtime, no network namespace needed)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from .errors import ImageError
+
+
+class Buildah:
+    def __init__(self, cache: Path):
+        self.root, self.runroot = cache / "storage", cache / "run"
+
+    @staticmethod
+    def available() -> bool:
+        return shutil.which("buildah") is not None
+
+    def argv(self, *args: str) -> list[str]:
+        return ["buildah", "--root", str(self.root), "--runroot", str(self.runroot), "--storage-driver", "overlay",
+                *args]
+
+    def run(self, *args: str) -> str:
+        env = dict(os.environ, BUILDAH_ISOLATION="chroot")
+        proc = subprocess.run(self.argv(*args), env=env, text=True, capture_output=True)
+        if proc.returncode != 0:
+            raise ImageError(f"buildah {args[0]} failed (exit {proc.returncode}):\n{proc.stderr.strip()[-4000:]}")
+        return proc.stdout.strip()
+
+    def stream(self, *args: str) -> None:
+        """A long step whose output people watch (a build): printed as it comes."""
+        env = dict(os.environ, BUILDAH_ISOLATION="chroot")
+        proc = subprocess.run(self.argv(*args), env=env)
+        if proc.returncode != 0:
+            raise ImageError(f"buildah {args[0]} failed (exit {proc.returncode}); its output is above")
+
+    def inspect(self, image: str) -> dict | None:
+        proc = subprocess.run(self.argv("inspect", "--type", "image", image), capture_output=True, text=True)
+        return json.loads(proc.stdout) if proc.returncode == 0 else None
+
+    def labels(self, image: str) -> dict:
+        info = self.inspect(image)
+        if not info:
+            return {}
+        return (info.get("OCIv1", {}).get("config", {}) or {}).get("Labels") or {}
+
+    def size(self, image: str) -> int:
+        """The image's size in bytes: the sum of its layers as stored (uncompressed: this machine's layers are
+        committed, never pulled)."""
+        info = self.inspect(image)
+        if not info:
+            return 0
+        manifest = json.loads(info.get("Manifest") or "{}")
+        return sum(int(layer.get("size", 0)) for layer in manifest.get("layers", []))

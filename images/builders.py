@@ -1,0 +1,112 @@
+"""Build training/Dockerfile with Docker where there is an engine, with buildah where there is none.
+
+Both get the same Dockerfile, context (the repository root) and ignore file (training/Dockerfile.dockerignore).
+Docker builds on rayproject/ray and lets pip reach its indexes (the CPU variant's torch from PyTorch's CPU index).
+buildah builds on the Debian base (images.debian_base) with the wheelhouse mounted at /wheels, so pip reads no
+index; the image's label `io.ray-gitops.source` hashes every input, and an image whose inputs did not change is
+not built again.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from generator import versions
+
+from . import context, debian_base, wheelhouse
+from .buildah import Buildah
+from .errors import ImageError
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "training" / "Dockerfile"
+IGNOREFILE = ROOT / "training" / "Dockerfile.dockerignore"
+SOURCE_LABEL = "io.ray-gitops.source"
+DEFAULT_CACHE = ROOT / ".cache" / "images"
+
+
+@dataclass(frozen=True)
+class Request:
+    reference: str                # repository:tag
+    variant: str = "cpu"
+    builder: str = "auto"         # auto | docker | buildah
+    cache: Path = DEFAULT_CACHE
+
+
+@dataclass(frozen=True)
+class Built:
+    reference: str
+    builder: str
+    size_bytes: int
+    seconds: float
+    rebuilt: bool
+
+
+def docker_available() -> bool:
+    if not shutil.which("docker"):
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True).returncode == 0
+
+
+def choose(builder: str) -> str:
+    if builder == "docker" and not docker_available():
+        raise ImageError("--builder docker: no running Docker engine (`docker info` fails)")
+    if builder == "buildah" and not Buildah.available():
+        raise ImageError("--builder buildah: buildah is not installed (Debian: apt-get install buildah)")
+    if builder != "auto":
+        return builder
+    if docker_available():
+        return "docker"
+    if Buildah.available():
+        return "buildah"
+    raise ImageError("make image needs a Docker engine or buildah (Debian: apt-get install buildah mmdebstrap)")
+
+
+def source_hash(variant: str, base: str) -> str:
+    """Every input of the build: the Dockerfile, its ignore file, each file of the context, the variant, the base."""
+    digest = hashlib.sha256(f"{variant} {base}".encode())
+    for path in (DOCKERFILE, IGNOREFILE):
+        digest.update(path.read_bytes())
+    for rel in context.files(ROOT, IGNOREFILE):
+        digest.update(rel.encode())
+        digest.update((ROOT / rel).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build(request: Request, out=sys.stderr) -> Built:
+    builder = choose(request.builder)
+    start = time.monotonic()
+    if builder == "docker":
+        _run(["docker", "build", "-f", str(DOCKERFILE), "--build-arg", f"VARIANT={request.variant}",
+              "-t", request.reference, str(ROOT)], "docker build")
+        size = int(subprocess.run(["docker", "image", "inspect", "-f", "{{.Size}}", request.reference],
+                                  capture_output=True, text=True).stdout.strip() or 0)
+        return Built(request.reference, builder, size, time.monotonic() - start, True)
+    if request.variant != "cpu":
+        raise ImageError(f"VARIANT={request.variant} builds on rayproject/ray's CUDA image, which needs Docker "
+                         "and a registry; without them only VARIANT=cpu is built (on the Debian base)")
+    buildah = Buildah(request.cache)
+    wheels = wheelhouse.ensure(request.cache, out)
+    base = debian_base.ensure(buildah, wheels, request.cache, out)
+    wanted = source_hash(request.variant, f"{base} {debian_base.recipe_hash()} {wheels.name}")
+    if buildah.labels(request.reference).get(SOURCE_LABEL) == wanted:
+        print(f"[image] {request.reference} is up to date (its inputs are unchanged)", file=out, flush=True)
+        return Built(request.reference, builder, buildah.size(request.reference), time.monotonic() - start, False)
+    v = versions.pinned()
+    print(f"[image] building {request.reference} with buildah on {base}", file=out, flush=True)
+    buildah.stream("bud", "--file", str(DOCKERFILE), "--ignorefile", str(IGNOREFILE),
+                   "--build-arg", f"VARIANT={request.variant}", "--build-arg", f"RAY_VERSION={v.ray}",
+                   "--build-arg", f"PYTHON_TAG={v.python_tag}", "--build-arg", f"RAY_IMAGE={debian_base.REPOSITORY}",
+                   "--build-arg", "WHEELHOUSE=/wheels", "--volume", f"{wheels}:/wheels:ro",
+                   "--pull=never", "--label", f"{SOURCE_LABEL}={wanted}", "--tag", request.reference, str(ROOT))
+    return Built(request.reference, builder, buildah.size(request.reference), time.monotonic() - start, True)
+
+
+def _run(cmd: list[str], what: str) -> None:
+    proc = subprocess.run(cmd)
+    if proc.returncode != 0:
+        raise ImageError(f"{what} failed (exit {proc.returncode}); its output is above")

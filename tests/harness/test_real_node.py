@@ -1,0 +1,72 @@
+"""The real node's pieces that need no root: its addresses, the OCI archives of its own images, image names as
+containerd stores them, and which environments have a real node (e2e/nodes.yaml)."""
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+from e2e import node_images, nodes, oci
+from e2e.real_node import RealNode
+
+
+def test_addresses_keep_clusters_apart():
+    a = RealNode("minikube", 0, Path("/x/a"), "10.96.0.0/16")
+    b = RealNode("other", 1, Path("/x/b"), "10.97.0.0/16")
+    assert (a.ip, a.pod_cidr, a.dns_ip, a.api_service_ip) == ("10.250.0.1", "10.244.0.0/24", "10.96.0.10", "10.96.0.1")
+    assert (b.ip, b.pod_cidr, b.dns_ip) == ("10.250.1.1", "10.243.0.0/24", "10.97.0.10")
+    assert a.socket_dir != b.socket_dir and len(str(a.containerd_socket)) < 100
+
+
+def test_a_node_record_round_trips():
+    node = RealNode("minikube", 0, Path("/x/a"), "10.96.0.0/16", saved_sysctls={"net.ipv4.ip_forward": "0"})
+    again = RealNode.from_record(json.loads(json.dumps(node.record())))
+    assert (again.name, again.ip, again.saved_sysctls) == (node.name, node.ip, node.saved_sysctls)
+
+
+def test_oci_archive_is_deterministic_and_named_for_containerd(tmp_path):
+    binary = tmp_path / "tool"
+    binary.write_bytes(b"\x7fELF fake")
+    image = oci.Image("quay.io/kuberay/operator:v1.7.0", (oci.File("/manager", binary),), entrypoint=("/manager",))
+    first = oci.write(image, tmp_path / "a.tar").read_bytes()
+    second = oci.write(image, tmp_path / "b.tar").read_bytes()
+    assert first == second
+    with tarfile.open(tmp_path / "a.tar") as tar:
+        index = json.loads(tar.extractfile("index.json").read())
+        names = tar.getnames()
+    annotations = index["manifests"][0]["annotations"]
+    assert annotations["io.containerd.image.name"] == "quay.io/kuberay/operator:v1.7.0"
+    assert annotations["org.opencontainers.image.ref.name"] == "v1.7.0"
+    assert "oci-layout" in names and sum(n.startswith("blobs/sha256/") for n in names) == 3
+
+
+def test_image_names_as_containerd_stores_them():
+    n = node_images._normalized
+    assert n("busybox") == "docker.io/library/busybox:latest"
+    assert n("rayproject/ray:2.60.0") == "docker.io/rayproject/ray:2.60.0"
+    assert n("localhost/ray-training:0.1.0-cpu") == "localhost/ray-training:0.1.0-cpu"
+    assert n("quay.io/kuberay/operator:v1.7.0") == "quay.io/kuberay/operator:v1.7.0"
+
+
+def test_served_images_are_the_operators_and_the_store_and_nothing_else(tmp_path):
+    bins = {}
+    for name in ("kuberay-operator", "kuberay-operator-launcher", "training-operator", "versitygw"):
+        bins[name] = str(tmp_path / name)
+        Path(bins[name]).write_bytes(b"bin")
+    assert node_images.served_archive("quay.io/kuberay/operator:v1.7.0", bins, tmp_path)
+    assert node_images.served_archive("ghcr.io/kubeflow/training-v1/training-operator:v1-93c5489", bins, tmp_path)
+    assert node_images.served_archive("ghcr.io/versity/versitygw:v1.8.0", bins, tmp_path)
+    # an image nobody built is not made up: the kubelet reports it cannot pull it
+    assert node_images.served_archive("localhost/ray-training:0.0.0-not-built", bins, tmp_path) is None
+    with tarfile.open(node_images.served_archive("quay.io/kuberay/operator:v1.7.0", bins, tmp_path)) as tar:
+        blobs = [m for m in tar.getmembers() if m.name.startswith("blobs/")]
+        layer = max(blobs, key=lambda m: m.size)
+        with tarfile.open(fileobj=tar.extractfile(layer)) as inner:
+            assert {"manager", "kuberay-operator"} <= set(inner.getnames())
+
+
+def test_nodes_file_names_minikube_real_and_eks_kwok():
+    assert nodes.real("minikube")["name"] == "minikube"
+    assert nodes.real("eks") is None
+    assert nodes.manifests("minikube") == []
+    assert nodes.manifests("eks")
