@@ -67,7 +67,6 @@ IMAGE_FLAGS = $(if $(ENV),--env $(ENV)) $(if $(VARIANT),--variant $(VARIANT)) $(
 
 image: setup-base setup-image ## build the training image as ENV (default minikube) names it: Docker if there is an engine, else buildah on a Debian base (VARIANT=cpu|gpu|efa, IMAGE=, TAG=); checks it and prints its size
 	@$(PY) -m images build $(IMAGE_FLAGS)
-	@$(PY) -m images check $(IMAGE_FLAGS)
 
 setup-image: ## what make image needs without Docker: Debian's buildah and mmdebstrap
 	@scripts/setup.sh image

@@ -158,10 +158,14 @@ def _clean_real_nodes(records: list[dict]) -> None:
     """What a real node changed on the host (containers, mounts, rules, links, sysctls), undone after the processes
     were stopped: the supervisor does it on a clean stop; this covers a supervisor that died."""
     from .real_node import RealNode
-    try:
-        bins = {k: str(v) for k, v in components.build(["kubernetes", "kube-router"], out=open(os.devnull, "w")).items()}
-    except components.BuildError:
-        bins = {}
+    bins = {}  # kube-proxy --cleanup and kube-router --cleanup-config, from the built components (never a build)
+    for name, binary in (("kubernetes", "kube-proxy"), ("kube-router", "kube-router")):
+        try:
+            component = components.BY_NAME[name]
+            if components.is_built(component):
+                bins[binary] = str(components.binary_dir(component) / binary)
+        except components.BuildError:
+            pass
     for record in records:
         node = RealNode.from_record(record)
         node.stop(bins, lambda message: print(message, file=sys.stderr))

@@ -94,6 +94,10 @@ class Run:
         envs = self.environments()
         if not envs:
             raise RuntimeError("no environment has an e2e cluster (e2e/nodes.yaml)")
+        real = [env for env, _context, _server in envs if nodes.real(env)]
+        if len(real) > 1:  # one kube-proxy and one NetworkPolicy enforcer own this host's iptables
+            raise RuntimeError(f"e2e/nodes.yaml gives {', '.join(real)} a real node: this machine can be the node "
+                               "of one environment; give the others kwok pools")
         self.step("starting etcd")
         etcd_url = controlplane.start_etcd(self.sup, bins, self.run_dir)
         stages = kwok_stages.write(self.run_dir / "kwok-stages.yaml")

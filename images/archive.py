@@ -35,6 +35,9 @@ def write(reference: str, output: Path | None = None) -> Path:
     Buildah(builders.DEFAULT_CACHE).run("push", "--compression-format", "zstd", reference,
                                         f"oci-archive:{partial}:{reference}")
     partial.rename(target)
+    for stale in target.parent.glob(f"{_name(reference)}-*.oci.tar"):  # the same name's earlier builds
+        if stale != target:
+            stale.unlink()
     return target
 
 

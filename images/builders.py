@@ -98,7 +98,9 @@ def build(request: Request, out=sys.stderr) -> Built:
         return Built(request.reference, builder, buildah.size(request.reference), time.monotonic() - start, False)
     v = versions.pinned()
     print(f"[image] building {request.reference} with buildah on {base}", file=out, flush=True)
-    buildah.stream("bud", "--file", str(DOCKERFILE), "--ignorefile", str(IGNOREFILE),
+    # --layers: each step's result is cached as Docker's builder caches it, so a change to the package's code (or
+    # README.md, which pyproject.toml names) rebuilds only the steps after its COPY, not the pip install before it
+    buildah.stream("bud", "--layers", "--file", str(DOCKERFILE), "--ignorefile", str(IGNOREFILE),
                    "--build-arg", f"VARIANT={request.variant}", "--build-arg", f"RAY_VERSION={v.ray}",
                    "--build-arg", f"PYTHON_TAG={v.python_tag}", "--build-arg", f"RAY_IMAGE={debian_base.REPOSITORY}",
                    "--build-arg", "WHEELHOUSE=/wheels", "--volume", f"{wheels}:/wheels:ro",

@@ -1,7 +1,8 @@
 """python -m images build | check | archive
 
-  build    build the training image (Docker where there is an engine, buildah where there is none); the default
-           name is what ENV (default minikube) renders as cluster.image, so a cluster of that environment finds it
+  build    build the training image (Docker where there is an engine, buildah where there is none), then check it;
+           the default name is what ENV (default minikube) renders as cluster.image, so a cluster of that
+           environment finds it. An image whose inputs did not change is not built (nor checked) again
   check    run the built image's own checks: every example spec validates inside it, and its Ray and Python are
            versions.yaml's
   archive  write the built image as an OCI archive (for `ctr images import` on a node without a registry)
@@ -55,7 +56,9 @@ def cmd_build(args) -> int:
     verb = "built" if built.rebuilt else "found"
     print(f"image {built.reference}: {verb} with {built.builder} in {built.seconds:.0f} s, "
           f"{built.size_bytes / 2**30:.2f} GiB uncompressed")
-    return 0
+    if not built.rebuilt:  # checked when it was built (a label ties it to its inputs)
+        return 0
+    return cmd_check(args)
 
 
 def cmd_check(args) -> int:

@@ -95,6 +95,11 @@ CLASSES = (
                   r"Invalid or missing authentication token", r"couldn't find key auth_token in Secret"),
                  "the Secret named by cluster.auth.secretName (key auth_token) must exist in the namespace, the same "
                  "for every pod of the cluster (created out of git: make bootstrap names the command)", False),
+    FailureClass("job-spec-or-data", "the training refused its job spec, data or resources",
+                 (r"\[training\] error \((spec|data|resources|cluster|trainer)\): ",),
+                 "the job's training spec (jobs.<job>.job.spec: the field the message names) or its data; the "
+                 "message is the training's own (training/errors.py); `python -m training validate` checks a spec "
+                 "before it is pushed", False),
     FailureClass("secret-missing", "a Secret the pods read does not exist",
                  (r"Error: secret \"[^\"]+\" not found", r"Error: couldn't find key \S+ in Secret"),
                  "create it out of git (make bootstrap prints the kubectl create secret command); its name is the "
@@ -248,8 +253,23 @@ def diagnose(clients: Clients, target: Target, job: str) -> Diagnosis:
         return Diagnosis(job, run.name, run.state, succeeded=True)
     evidence = evidence_of(clients, target, run)
     result = Diagnosis(job, run.name, run.state, classify(evidence))
-    result.last_lines = [f"{source}: {text}" for source, text in evidence[-10:]]
+    result.last_lines = [f"{source}: {text}" for source, text in last_lines(evidence, run)]
     return result
+
+
+# the pods whose output is the run's own account of a failure: a RayJob's driver (its submitter streams it), a
+# PyTorchJob's master; Ray's worker pods print only their raylet's start (seen on the e2e's real node)
+DRIVER_ROLES = ("submitter", "master")
+
+
+def last_lines(evidence: Evidence, run: jobs_mod.Run, count: int = 10) -> Evidence:
+    """What to show for a failure no class knows: the status, events and pod states, then the last lines the
+    driver printed (where the training's own error is), else the last lines of any log."""
+    drivers = {f"log {p.metadata.name}/" for role in DRIVER_ROLES for p in run.pods.get(role, [])}
+    facts = [e for e in evidence if not e[0].startswith("log ")]
+    driver_log = [e for e in evidence if any(e[0].startswith(d) for d in drivers)]
+    logs = driver_log or [e for e in evidence if e[0].startswith("log ")]
+    return facts[-max(count - len(logs[-count:]), 3):] + logs[-count:]
 
 
 def render(diagnosis: Diagnosis) -> str:

@@ -101,3 +101,10 @@ def test_validation_reads_the_pinned_crds_first():
     location = crd_location()
     crd = CrdSchemaStore(location).lookup("kubeflow.org/v1", "PyTorchJob")
     assert crd is not None and f"training-operator-{V.training_operator}" in crd.source.parts, crd and crd.source
+
+
+def test_the_message_naming_the_crds_to_fetch_gives_the_pinned_versions(tmp_path):
+    from validation.schema_location import how_to_get_schemas
+    message = how_to_get_schemas(tmp_path / "none")
+    assert f"KubeRay v{V.kuberay}" in message and f"Argo CD {V.argocd}" in message
+    assert f"training-operator {V.training_operator}" in message

@@ -26,8 +26,8 @@ from training.job import SearchParam, Training, Tune, Workers, freeze
 
 #: What the built-in loops report every epoch (training/train_*.py through WorkerContext.report).
 BUILTIN_METRICS = {
-    "pytorch": ("loss", "accuracy", "val_loss", "val_accuracy", "samples", "epoch", "epoch_time_s"),
-    "tensorflow": ("loss", "accuracy", "val_loss", "val_accuracy", "samples", "epoch", "epoch_time_s"),
+    "pytorch": ("loss", "accuracy", "val_loss", "val_accuracy", "samples", "steps", "epoch", "epoch_time_s"),
+    "tensorflow": ("loss", "accuracy", "val_loss", "val_accuracy", "samples", "steps", "epoch", "epoch_time_s"),
     "xgboost": ("loss", "accuracy", "val_loss", "val_accuracy", "trees", "epoch", "epoch_time_s"),
 }
 #: Filled in by Tune itself for every report.

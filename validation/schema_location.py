@@ -48,10 +48,13 @@ def how_to_get_schemas(location: Path, missing: Iterable[str] = ()) -> str:
     ]
     if kinds:
         lines.append("Custom resources that need them: " + ", ".join(kinds) + ".")
+    from generator import versions
+    pinned = versions.pinned()
     lines += [
         "Get schemas in one of these ways:",
         "  - with network access: `make schemas` (python -m validation fetch-schemas) downloads the pinned",
-        "    upstream CRDs (KubeRay v1.7.0, Argo CD v3.5.1, Kubeflow training-operator v1.9.0) into .cache/schemas;",
+        f"    upstream CRDs (KubeRay v{pinned.kuberay}, Argo CD {pinned.argocd}, Kubeflow training-operator "
+        f"{pinned.training_operator}) into .cache/schemas;",
         f"  - offline: point {SCHEMA_LOCATION_ENV}=DIR or --schema-location DIR at a directory of CRD YAML files,",
         f"    e.g. {SCHEMA_LOCATION_ENV}=../shared/crds (searched recursively, read in place).",
     ]

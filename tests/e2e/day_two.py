@@ -132,7 +132,8 @@ def succeeded(e2e, env: str, run: str, timeout: float = 600) -> dict:
         status = (obj or {}).get("status") or {}
         state = (status.get("jobDeploymentStatus"), status.get("jobStatus"))
         assert state[0] != "Failed", f"{run} failed: {status.get('reason')}: {status.get('message')}"
-        return state == ("Complete", "SUCCEEDED"), f"{run}: {state[0]}/{state[1]}"
+        done = state == ("Complete", "SUCCEEDED")
+        return done, obj if done else f"{run}: {state[0]}/{state[1]}"
     return wait_for(check, timeout, 3, f"{env}/{run} did not succeed")
 
 

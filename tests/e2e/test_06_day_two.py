@@ -64,7 +64,7 @@ def test_status_reports_apps_clusters_jobs_and_the_claim(e2e, settled, env):
                                                                     f"training.kubeflow.org/replica-type=worker"))
             assert record["headPod"] in masters and sorted(record["workerPods"]) == workers, (record, workers)
     checkpoints = (doc.get("cluster") or {}).get("checkpoints") or {}
-    if checkpoints.get("enabled"):
+    if checkpoints.get("enabled") and checkpoints.get("store", "volume") == "volume":
         assert status["checkpointClaim"] == {"name": checkpoints["claimName"], "phase": "Bound"}
     else:
         assert status["checkpointClaim"] is None

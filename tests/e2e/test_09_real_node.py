@@ -340,7 +340,7 @@ def test_a_spec_error_shows_the_trainings_own_message_in_logs_and_diagnose(failu
     assert code == 0, out
     assert "/data/cifar-10-batches-py" in out, out
     code, out = failures["diagnose spec"]
-    assert "/data/cifar-10-batches-py" in out, out
+    assert "job-spec-or-data" in out and "/data/cifar-10-batches-py" in out, out
 
 
 def test_the_job_left_through_git_and_every_app_is_synced_and_healthy(failures):

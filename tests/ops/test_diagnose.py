@@ -99,3 +99,28 @@ def test_a_bound_claims_old_provisioning_event_is_not_evidence():
     assert ("PersistentVolumeClaim fsx-claim", "claim fsx-claim is Pending") in pending
     assert any(line.startswith("ProvisioningFailed: Error saving claim") for _, line in pending), pending
     assert "claim-not-bound" in {f.failure.name for f in diagnose.classify(pending)}
+
+
+def test_an_unknown_failure_shows_the_drivers_last_lines_not_the_ray_workers():
+    """Seen on the e2e's real node: a job that failed on a bad data path, whose Ray worker pods printed only their
+    raylet's start after the driver's error; the lines shown are the driver's (its submitter's) output."""
+    from types import SimpleNamespace
+
+    from ops.jobs import Run
+
+    def pod(name):
+        return SimpleNamespace(metadata=SimpleNamespace(name=name))
+    run = Run("minikube", "digits-fault", "RayJob", "digits-fault-1", {"status": {}},
+              pods={"submitter": [pod("digits-fault-1-abc")], "worker": [pod("digits-fault-1-w-1")]})
+    evidence = [("status", "jobStatus FAILED"),
+                ("log digits-fault-1-abc/ray-job-submitter",
+                 "training: error: data.path /data/cifar-10-batches-py: no such directory"),
+                ("log digits-fault-1-abc/ray-job-submitter", "Job 'digits-fault-1-xyz' failed"),
+                *(("log digits-fault-1-w-1/ray-worker", f"INFO scripts.py:{i} -- Ray runtime started.")
+                  for i in range(30))]
+    shown = diagnose.last_lines(evidence, run)
+    assert ("status", "jobStatus FAILED") in shown
+    assert any("/data/cifar-10-batches-py" in text for _, text in shown)
+    assert not any(source.startswith("log digits-fault-1-w-1") for source, _ in shown)
+    no_driver_log = [e for e in evidence if "abc" not in e[0]]
+    assert diagnose.last_lines(no_driver_log, run)[-1][0] == "log digits-fault-1-w-1/ray-worker"

@@ -58,6 +58,14 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_every_metric_the_built_in_loops_report_can_be_tuned(framework):
+    """The loops report `steps` (training/train_torch.py, train_tf.py): tuneConfig.metric accepts it."""
+    spec = spec_with(metric="steps", mode="max")
+    spec["trainConfig"]["framework"] = framework
+    validate_spec(spec)
+
+
 @pytest.mark.parametrize("spec, field, words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_tune_spec_names_the_field(spec, field, words):
     with pytest.raises(SpecError) as info:
