@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,12 +83,35 @@ def compose(root: Path, env: Environment) -> list[App]:
         if "job" in entry.data:
             values = merge(values, entry.sub("job").under("job"))
         backend = entry.data.get("backend", "ray")
+        problem = ray_job_name_problem(job_name) if backend == "ray" else None
+        if problem:
+            errors.append(RenderError(f"jobs.{job_name}: {problem}", layer.locate(("jobs", job_name)),
+                                      ValueFault(f"jobs.{job_name}", problem)))
+            continue
         add(JOB_PREFIX + job_name, f"{job_name}-{HASH_TOKEN}", entry.data.get("chart", BACKEND_CHARTS[backend]),
             chart_path, values, hashed=True)
 
     if errors:
         raise RenderErrors(_merge_same_fault(errors))
     return apps
+
+
+# KubeRay v1.7.0 refuses a RayJob whose name is longer than 47 characters or not a DNS-1035 label (it names the
+# job's RayCluster and Services after it: ray-operator/controllers/ray/utils/validation.go); a run is
+# <job>-<8 hex>, so a Ray job's name has 38 characters at most and starts with a letter.
+RAY_JOB_NAME_MAX = 47 - 9
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def ray_job_name_problem(name: str) -> str | None:
+    """Why KubeRay would refuse this Ray job's runs (<name>-<hash>), or None."""
+    if not _DNS_1035.match(name):
+        return (f"{name!r} is not a Ray job name KubeRay accepts (expected: lowercase letters, digits and '-', "
+                "starting with a letter: a DNS-1035 label)")
+    if len(name) > RAY_JOB_NAME_MAX:
+        return (f"{name!r} has {len(name)} characters; a Ray job's runs are named <job>-<8 hex> and KubeRay "
+                f"refuses RayJob names over 47 (expected: at most {RAY_JOB_NAME_MAX} characters)")
+    return None
 
 
 def _merge_same_fault(errors: list[RenderError]) -> list[RenderError]:

@@ -83,6 +83,12 @@ def secret_keys(env: Environment) -> list[str]:
     return [k for k in keys if k]
 
 
+# Once per sync operation's revision (Argo CD's own catalog does so), not per app.status.sync.revision: that one
+# moves to every new commit of the repository (argo-cd v3.5.1 controller/state.go 1044-1046), so each push to main
+# would announce every finished job again.
+ONCE_PER = "app.status.operationState?.syncResult?.revision"
+
+
 def _recipient(env: Environment) -> str:
     conf = settings(env)
     if conf.get("service") == "slack":
@@ -100,6 +106,7 @@ def _template(trigger: str, envs: list[Environment]) -> str:
             f'"environment": {{{{toJson (index .app.metadata.labels "{ENV_LABEL}")}}}}, '
             '"sync": {{toJson .app.status.sync.status}}, "health": {{toJson .app.status.health.status}}, '
             '"revision": {{toJson .app.status.sync.revision}}, '
+            '"syncedRevision": {{with .app.status.operationState}}{{toJson .syncResult.revision}}{{else}}null{{end}}, '
             '"message": {{toJson (.app.status.health.message | default "")}}}')
     doc: dict = {"message": message}
     webhooks = {service_name(e): {"method": "POST", "body": body}
@@ -119,7 +126,7 @@ def configmap(envs: list[Environment], meta: dict) -> dict:
     for trigger in TRIGGERS:
         data[f"trigger.{trigger}"] = yaml.safe_dump(
             [{"when": CONDITIONS[trigger], "send": [trigger.removeprefix("on-")],
-              "oncePer": "app.status.sync.revision"}], sort_keys=True, width=1000)
+              "oncePer": ONCE_PER}], sort_keys=True, width=1000)
         data[f"template.{trigger.removeprefix('on-')}"] = _template(trigger, on)
     for env in on:
         key, value = _service(env)

@@ -3,12 +3,13 @@
 Both get the same Dockerfile, context (the repository root) and ignore file (training/Dockerfile.dockerignore).
 Docker builds on rayproject/ray and lets pip reach its indexes (the CPU variant's torch from PyTorch's CPU index).
 buildah builds on the Debian base (images.debian_base) with the wheelhouse mounted at /wheels, so pip reads no
-index; the image's label `io.ray-gitops.source` hashes every input, and an image whose inputs did not change is
-not built again.
+index; .cache/images/sources.json records the hash of every input with the image it gave, and an image whose
+inputs did not change is not built again (a changed input rebuilds the steps after its COPY: --layers).
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,6 @@ from .errors import ImageError
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "training" / "Dockerfile"
 IGNOREFILE = ROOT / "training" / "Dockerfile.dockerignore"
-SOURCE_LABEL = "io.ray-gitops.source"
 DEFAULT_CACHE = ROOT / ".cache" / "images"
 
 
@@ -93,7 +93,10 @@ def build(request: Request, out=sys.stderr) -> Built:
     wheels = wheelhouse.ensure(request.cache, out)
     base = debian_base.ensure(buildah, wheels, request.cache, out)
     wanted = source_hash(request.variant, f"{base} {debian_base.recipe_hash()} {wheels.name}")
-    if buildah.labels(request.reference).get(SOURCE_LABEL) == wanted:
+    record = request.cache / "sources.json"  # reference -> {image id, inputs hash}: beside the image, not a label
+    known = json.loads(record.read_text()) if record.is_file() else {}
+    info = buildah.inspect(request.reference)
+    if info and known.get(request.reference) == {"id": info["FromImageID"], "source": wanted}:
         print(f"[image] {request.reference} is up to date (its inputs are unchanged)", file=out, flush=True)
         return Built(request.reference, builder, buildah.size(request.reference), time.monotonic() - start, False)
     v = versions.pinned()
@@ -104,7 +107,10 @@ def build(request: Request, out=sys.stderr) -> Built:
                    "--build-arg", f"VARIANT={request.variant}", "--build-arg", f"RAY_VERSION={v.ray}",
                    "--build-arg", f"PYTHON_TAG={v.python_tag}", "--build-arg", f"RAY_IMAGE={debian_base.REPOSITORY}",
                    "--build-arg", "WHEELHOUSE=/wheels", "--volume", f"{wheels}:/wheels:ro",
-                   "--pull=never", "--label", f"{SOURCE_LABEL}={wanted}", "--tag", request.reference, str(ROOT))
+                   "--pull=never", "--tag", request.reference, str(ROOT))
+    # (a --label would be part of every step's cache key in buildah 1.28, and no step would ever be reused)
+    known[request.reference] = {"id": buildah.inspect(request.reference)["FromImageID"], "source": wanted}
+    record.write_text(json.dumps(known, indent=2, sort_keys=True))
     return Built(request.reference, builder, buildah.size(request.reference), time.monotonic() - start, True)
 
 

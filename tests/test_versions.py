@@ -108,3 +108,18 @@ def test_the_message_naming_the_crds_to_fetch_gives_the_pinned_versions(tmp_path
     message = how_to_get_schemas(tmp_path / "none")
     assert f"KubeRay v{V.kuberay}" in message and f"Argo CD {V.argocd}" in message
     assert f"training-operator {V.training_operator}" in message
+
+
+def test_the_pull_request_workflow_installs_the_go_the_components_need():
+    """make test builds Argo CD and kubeconform from their Go modules: the workflow that runs it must have Go, at the
+    version the components' go.mod files state."""
+    workflow = yaml.safe_load((REPO / ".github/workflows/pull-request.yaml").read_text())
+    steps = workflow["jobs"]["tests"]["steps"]
+    go = [s for s in steps if str(s.get("uses", "")).startswith("actions/setup-go")]
+    assert go, "the tests job installs no Go"
+    # setup-go's "1.26" is the newest 1.26 patch: it satisfies every go.mod's `go 1.26[.x]`
+    wanted = {".".join(re.search(r"^go (\S+)", p.read_text(), re.M).group(1).split(".")[:2])
+              for p in (REPO / "e2e/components").glob("*/go.mod")}
+    assert {str(go[0]["with"]["go-version"])} == wanted, (go[0], wanted)
+    runs = [s.get("run", "") for s in steps]
+    assert runs.index(next(r for r in runs if "e2e build" in r)) < runs.index("make test")

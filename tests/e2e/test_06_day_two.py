@@ -251,6 +251,11 @@ def test_notifications_reach_the_webhook_with_the_token_from_the_secret(e2e, sce
                 want.add(("job-degraded", f"{env}-job-{record.job}"))
             return want <= events, got
         got = wait_for(check, 120, 5, f"the {env} notifications did not arrive")
+        # exactly one event per run across every later, unrelated push (bump, retries, other jobs' commits): the
+        # same application and synced revision never announced twice
+        seen = [(r["body"].get("event"), r["body"].get("application"), r["body"].get("syncedRevision")) for r in got]
+        repeated = sorted({s for s in seen if seen.count(s) > 1})
+        assert not repeated, f"announced more than once: {repeated}"
         assert all(r["authorization_sha256"] == webhook.digest(f"Bearer {token}") for r in got), \
             "a notification came without the token of argocd-notifications-secret"
         assert all(r["body"]["environment"] == env for r in got), got

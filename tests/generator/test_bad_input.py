@@ -140,3 +140,16 @@ def test_a_bad_value_error_carries_its_parts(repo_copy):
     shm = by_field["cluster.shm.sizeLimit"]  # the environment's cluster layer: the standing cluster and every job
     assert ("ray-cluster", "ray-cluster") in shm.fault.apps and len(shm.fault.apps) > 1
     assert all(f"{app} ({chart})" in str(shm) for app, chart in shm.fault.apps)
+
+
+def test_a_ray_job_name_kuberay_would_refuse_is_located(repo_copy):
+    """KubeRay v1.7.0 refuses RayJob names over 47 characters or not DNS-1035; a run is <job>-<8 hex>."""
+    env = repo_copy / "environments" / "minikube.yaml"
+    long_name = "digits-torch-with-a-name-much-too-long-x"  # 40 characters
+    edit(env, "exposeDashboard: true\n", f"exposeDashboard: true\njobs:\n  {long_name}:\n    job: {{}}\n"
+         "  1digits:\n    job: {}\n")
+    err = render_fails(repo_copy, "--env", "minikube")
+    assert f"environments/minikube.yaml:{line_of(env, long_name)}: jobs.{long_name}: " in err, err
+    assert "has 40 characters" in err and "at most 38 characters" in err
+    assert f"environments/minikube.yaml:{line_of(env, '1digits:')}: jobs.1digits: " in err, err
+    assert "starting with a letter" in err

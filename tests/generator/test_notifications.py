@@ -26,7 +26,9 @@ def test_the_committed_layer_notifies_eks_by_webhook_with_a_token_reference(repo
                               "triggers": ["on-job-succeeded", "on-job-degraded", "on-out-of-sync"]}]
     for trigger in ("on-job-succeeded", "on-job-degraded", "on-out-of-sync"):
         (condition,) = yaml.safe_load(data[f"trigger.{trigger}"])
-        assert condition["oncePer"] == "app.status.sync.revision"
+        # once per sync operation: app.status.sync.revision moves with every push to main, and each push would
+        # announce every finished job again
+        assert condition["oncePer"] == "app.status.operationState?.syncResult?.revision"
         template = yaml.safe_load(data[f"template.{condition['send'][0]}"])
         assert template["webhook"]["ray-gitops-eks"]["method"] == "POST"
 
