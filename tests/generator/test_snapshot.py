@@ -22,16 +22,19 @@ def pods(spec):
 
 
 def test_minikube_standing_cluster_is_one_head_and_one_cpu_worker():
-    """Sized so the standing cluster and one job's cluster fit the namespace quota and the two 4-CPU nodes
-    (the e2e cluster schedules them: tests/e2e/test_02_pods.py)."""
+    """Sized so the standing cluster and one job's cluster fit the namespace quota on a laptop's two 4-CPU nodes and
+    on one 2-core machine (the e2e's real node runs them: tests/e2e/test_02_pods.py, test_09_real_node.py): each Ray
+    pod requests a quarter of a core and may use one; the head gives Ray no CPUs (no training on it)."""
     cluster = load("minikube/ray-cluster/raycluster-minikube-ray.yaml")
     spec = cluster["spec"]
     workers = spec["workerGroupSpecs"]
     assert [g["replicas"] for g in workers] == [1]
     for role, pod, _ in pods(spec):
         res = pod["containers"][0]["resources"]
-        assert res["requests"] == {"cpu": "1", "memory": "2Gi"} == res["limits"], role
+        assert res["requests"] == {"cpu": "250m", "memory": "1Gi"}, role
+        assert res["limits"] == {"cpu": "1", "memory": "2Gi"}, role
         assert "nvidia.com/gpu" not in res["limits"]
+    assert spec["headGroupSpec"]["rayStartParams"] == {"num-cpus": "0"}
     ports = {p["name"]: p["containerPort"] for p in spec["headGroupSpec"]["template"]["spec"]["containers"][0]["ports"]}
     assert ports == {"gcs-server": 6379, "dashboard": 8265, "client": 10001}
 

@@ -90,12 +90,15 @@ def s3_server(s3_store):
     return s3_store
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def two_node_ray(tmp_path_factory, s3_store):
     """A Ray cluster of two nodes on this machine, the second with a private folder (``cluster.private_dir``) that
     the head does not see: two pods with their own filesystems (tests/training/support.py TwoNodeRay). Like the
     charts' Ray pods, every node has the object store's endpoint and credentials in its environment (when the store
-    is built)."""
+    is built). Per module, not per session: while it runs, a Ray started without an address (the session's, in the
+    tests that follow) finds two Ray instances on this machine, and Ray Train's placement-group cleaner, which asks
+    the state API without an address, fails ("Found multiple active Ray instances"): Tune trials then wait forever
+    for the placement groups of stopped trials."""
     from tests.training.support import TwoNodeRay
 
     root = tmp_path_factory.mktemp("two-node-ray")
