@@ -80,6 +80,26 @@ COMPARE_OPTIONS = {"argocd.argoproj.io/compare-options": "ServerSideDiff=true"}
 RETRY = {"limit": 10, "backoff": {"duration": "10s", "factor": 2, "maxDuration": "5m"}}
 
 
+def operator_namespace_faults(env: Environment, apps: list) -> list[RenderError]:
+    """A Ray cluster's NetworkPolicy admits the KubeRay operator's namespace to the head's dashboard (the job status
+    KubeRay polls): it must be the namespace this layer installs KubeRay into, or KubeRay 1.7.0 fails every RayJob
+    after 300 s without job status (JobStatusCheckTimeoutExceeded, which backoffLimit does not retry)."""
+    from .errors import ValueFault
+    by_place: dict = {}
+    for app in apps:
+        value = app.values.get("networkPolicy", "operatorNamespace")
+        if value is not None and value != KUBERAY_NAMESPACE:
+            where = app.values.locate(("networkPolicy", "operatorNamespace"))
+            by_place.setdefault((str(where), value), (where, []))[1].append(app.name)
+    faults = []
+    for (_, value), (where, names) in sorted(by_place.items()):
+        problem = (f"{value!r} is not the namespace the Argo CD layer installs KubeRay into ({KUBERAY_NAMESPACE!r}): "
+                   "the head's dashboard would refuse the operator's job-status polls")
+        faults.append(RenderError(f"{problem} (apps {', '.join(names)})", where,
+                                  ValueFault("networkPolicy.operatorNamespace", problem)))
+    return faults
+
+
 def _meta(name, namespace=ARGOCD_NAMESPACE, wave=None, labels=None):
     meta = {"name": name, "namespace": namespace}
     if labels:

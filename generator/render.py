@@ -65,7 +65,9 @@ def render_tree(root: Path, env_names: list[str], workers: int | None = None, st
     for name in env_names:
         try:
             env = environments.load(root, name)
-            loaded.append((env, apps_mod.compose(root, env)))
+            env_apps = apps_mod.compose(root, env)
+            errors += argocd.operator_namespace_faults(env, env_apps)
+            loaded.append((env, env_apps))
         except RenderError as exc:
             errors.append(exc)
     if errors:

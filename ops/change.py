@@ -69,6 +69,23 @@ def _render_env() -> dict:
     return env
 
 
+def _on_the_followed_branch(root: Path, target: Target) -> None:
+    """A pushed change goes where Argo CD looks: refuse unless HEAD is the branch the environment's Argo CD follows
+    (gitops.targetRevision), and bring it up to date first (git pull --ff-only), so the run counter and the render
+    start from what is pushed already, not from a stale checkout."""
+    followed = str(((target.doc.get("gitops") or {}).get("targetRevision")) or "main")
+    branch = _run(["git", "rev-parse", "--abbrev-ref", "HEAD"], root, "git rev-parse").strip()
+    if branch != followed:
+        raise OpsError(f"HEAD is {branch!r}, but Argo CD follows {followed!r} (gitops.targetRevision of environment "
+                       f"{target.env}): a push from here would not deploy; check out {followed} (git switch "
+                       f"{followed}) or push without PUSH=1", EXIT_BAD_INPUT)
+    upstream = subprocess.run(["git", "rev-parse", "--abbrev-ref", "@{upstream}"], cwd=root, capture_output=True,
+                              text=True)
+    if upstream.returncode == 0:
+        _run(["git", "pull", "-q", "--ff-only"], root, f"git pull --ff-only ({branch} has diverged from "
+                                                       f"{upstream.stdout.strip()}: rebase or merge it first)")
+
+
 def commit_change(root: Path, target: Target, edit: Callable[[CommentedMap], None], message: str,
                   push: bool = False, out=sys.stdout, pushed_note: str = "Argo CD applies it",
                   push_hint: str = "apply it") -> str:
@@ -78,6 +95,8 @@ def commit_change(root: Path, target: Target, edit: Callable[[CommentedMap], Non
     if _run(["git", "status", "--porcelain", "--", "environments", "apps", "argocd"], root, "git status").strip():
         raise OpsError("environments/, apps/ or argocd/ have uncommitted changes: commit or stash them first, so the "
                        "commit holds this change alone", EXIT_BAD_INPUT)
+    if push:
+        _on_the_followed_branch(root, target)
     path = root / "environments" / f"{target.env}.yaml"
     before = path.read_text()
     edit_environment(root, target.env, edit)

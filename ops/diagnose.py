@@ -89,6 +89,12 @@ CLASSES = (
                  (r"\bDeadlineExceeded\b", r"passed the activeDeadlineSeconds",
                   r"active longer than specified deadline"),
                  "jobs.<job>.job.activeDeadlineSeconds; a new run resumes from the job's checkpoints", True),
+    FailureClass("job-status-unreachable", "KubeRay could not ask the head for the job's status for too long",
+                 (r"JobStatusCheckTimeoutExceeded", r"Job status checks have been failing since .*; exceeded timeout"),
+                 "the head's dashboard (8265) must answer the KubeRay operator: cluster.networkPolicy."
+                 "operatorNamespace is the namespace Argo CD installs KubeRay into (a render check holds them "
+                 "equal), and the head must be up (its events, memory). KubeRay 1.7.0 fails the RayJob after 300 s "
+                 "and backoffLimit does not retry it; once the cause is fixed, make retry starts a new run", False),
     FailureClass("ray-token-auth", "Ray token authentication refused",
                  (r"failed to get auth secret", r"auth token key .* not found in secret",
                   r"Unauthorized: Missing authentication token", r"Forbidden: Invalid authentication token",

@@ -153,3 +153,16 @@ def test_a_ray_job_name_kuberay_would_refuse_is_located(repo_copy):
     assert "has 40 characters" in err and "at most 38 characters" in err
     assert f"environments/minikube.yaml:{line_of(env, '1digits:')}: jobs.1digits: " in err, err
     assert "starting with a letter" in err
+
+
+def test_an_operator_namespace_kuberay_is_not_installed_in_is_located(repo_copy):
+    """The Ray clusters' NetworkPolicy admits the KubeRay operator's namespace to the dashboard; another namespace
+    than the one the Argo CD layer installs KubeRay into would fail every RayJob after 300 s (KubeRay 1.7.0)."""
+    env = repo_copy / "environments" / "minikube.yaml"
+    edit(env, "  shm:\n    sizeLimit: 1Gi\n", "  shm:\n    sizeLimit: 1Gi\n  networkPolicy:\n"
+         "    operatorNamespace: ray-system\n")
+    err = render_fails(repo_copy, "--env", "minikube")
+    line = line_of(env, "operatorNamespace: ray-system")
+    assert f"environments/minikube.yaml:{line}: cluster.networkPolicy.operatorNamespace: 'ray-system' is not the " \
+           "namespace" in err, err
+    assert "'kuberay-system'" in err and err.count("is not the namespace") == 1, err

@@ -112,3 +112,33 @@ def test_the_cli_retry_prints_what_to_push(git_repo):
                            "fsdp-llama", "--reason", "lost a node"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "retry eks/fsdp-llama (run 1): lost a node" in proc.stdout and "git push" in proc.stdout
+
+
+def test_a_push_from_another_branch_is_refused(git_repo):
+    """Argo CD follows gitops.targetRevision (main): a retry pushed from a feature branch would deploy nothing."""
+    git(git_repo, "switch", "-q", "-c", "feature")
+    with pytest.raises(OpsError) as exc:
+        retry_mod.retry(git_repo, target(git_repo, "minikube"), "digits-torch", "x", push=True, out=io.StringIO())
+    assert "HEAD is 'feature', but Argo CD follows 'main'" in str(exc.value)
+    assert len(git(git_repo, "log", "--format=%s").splitlines()) == 1
+
+
+def test_a_push_first_brings_the_checkout_up_to_date(git_repo, tmp_path):
+    """Someone pushed from another clone: this one pulls (fast-forward) first, so its commit goes on top of theirs
+    instead of being refused by the remote or computing its run counter from a stale file."""
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", "-b", "main", str(remote)], check=True)
+    git(git_repo, "remote", "add", "origin", str(remote))
+    git(git_repo, "push", "-q", "-u", "origin", "main")
+    other = tmp_path / "other"
+    subprocess.run(["git", "clone", "-q", str(remote), str(other)], check=True)
+    env_file = other / "environments" / "eks.yaml"
+    env_file.write_text(env_file.read_text() + "# a colleague's change\n")
+    git(other, "-c", "user.name=b", "-c", "user.email=b@example.com", "commit", "-q", "-am", "their change")
+    git(other, "push", "-q")
+    retry_mod.retry(git_repo, target(git_repo, "minikube"), "digits-torch", "mine", push=True, out=io.StringIO())
+    subjects = git(git_repo, "log", "--format=%s").splitlines()
+    assert subjects[1:] == ["their change", "start"] and "mine" in subjects[0], subjects
+    remote_head = subprocess.run(["git", "log", "-1", "--format=%s", "main"], cwd=remote, capture_output=True,
+                                 text=True).stdout.strip()
+    assert "mine" in remote_head
