@@ -35,7 +35,7 @@ CLASSES = (
                   r"WorkNCCL\(SeqNum=\d+.*\) ran for \d+ milliseconds before timing out",
                   r"Timeout at NCCL work: \d+"),
                  "cluster.nccl.collectiveTimeoutSeconds (the process group's timeout); the flight recorder dumps "
-                 "(/checkpoints/nccl-flight-recorder-rank_<n>) show the hung collective and rank", True),
+                 "(/checkpoints/nccl-flight-recorder-<run>-rank_<n>: each run its own) show the hung collective and rank", True),
     FailureClass("efa-rdma-on-g5", "FI_EFA_USE_DEVICE_RDMA=1 on an instance without RDMA read (g5/g6)",
                  (r"FI_EFA_USE_DEVICE_RDMA=1 was set by users?, but EFA device has no rdma-read capability",),
                  "cluster.efa.instanceFamily: g5 (renders FI_EFA_USE_DEVICE_RDMA=0)", False),

@@ -146,3 +146,29 @@ def test_elastic_torchrun_has_no_master_and_a_c10d_rendezvous(repo_copy, tmp_pat
     spec = yaml.safe_load(path.read_text())["spec"]
     assert "Master" not in spec["pytorchReplicaSpecs"]
     assert spec["elasticPolicy"]["rdzvBackend"] == "c10d" and spec["elasticPolicy"]["maxReplicas"] == 4
+
+
+def test_each_run_dumps_its_nccl_flight_recorder_to_a_file_of_its_own():
+    """Every job and every run wrote /checkpoints/nccl-flight-recorder-rank_<n>: a second job's or run's dump
+    overwrote the first's. The run's own name is in the path now (a new run, a new name)."""
+    seen = {}
+    for path in sorted((REPO / "apps" / "eks").rglob("*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        text = yaml.safe_dump(doc)
+        if "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in text:
+            continue
+        values = {e["value"] for e in _env_entries(doc) if e.get("name") == "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"}
+        assert values == {f"/checkpoints/nccl-flight-recorder-{doc['metadata']['name']}-rank_"}, (path.name, values)
+        seen[doc["metadata"]["name"]] = values
+    assert len(seen) >= 3, seen  # the standing cluster and the eks jobs
+
+
+def _env_entries(node):
+    if isinstance(node, dict):
+        if isinstance(node.get("env"), list):
+            yield from node["env"]
+        for value in node.values():
+            yield from _env_entries(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _env_entries(value)

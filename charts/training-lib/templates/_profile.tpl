@@ -70,7 +70,7 @@ Sorted by name. */}}
 {{- range $k, $v := $vals.nccl.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
 {{- with $vals.nccl.collectiveTimeoutSeconds }}{{ $_ := set $env "TRAINING_COLLECTIVE_TIMEOUT_SECONDS" (toString .) }}{{ end -}}
 {{- if and (include "tlib.checkpointVolume" .root) (hasKey $env "TORCH_NCCL_DUMP_ON_TIMEOUT") -}}
-{{- $_ := set $env "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" (printf "%s/nccl-flight-recorder-rank_" $vals.checkpoints.mountPath) -}}
+{{- $_ := set $env "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" (printf "%s/nccl-flight-recorder-%s-rank_" $vals.checkpoints.mountPath .root.Release.Name) -}}
 {{- end -}}
 {{- end -}}
 {{- range $k, $v := include "tlib.scratchEnv" . | fromYaml }}{{ $_ := set $env $k $v }}{{ end -}}
