@@ -194,3 +194,20 @@ def test_cluster_checkpoints_on_s3(helm_bin):
     assert {"name": "checkpoints", "mountPath": "/checkpoints"} in container["volumeMounts"]
     proc = helm(helm_bin, "template", "charts/ray-cluster", "--set", "checkpoints.enabled=true")
     assert proc.returncode != 0 and "needs checkpoints.claimName" in proc.stderr
+
+
+@pytest.mark.parametrize("chart", ["ray-cluster", "ray-job"])
+def test_metrics_are_closed_unless_metrics_from_names_who_scrapes(helm_bin, chart, tmp_path):
+    """Ray's metrics (8080 on every Ray pod) were closed by the policy with no way to open them: metricsFrom."""
+    def policy(*args):
+        proc = helm(helm_bin, "template", f"charts/{chart}", *args)
+        assert proc.returncode == 0, proc.stderr
+        return next(d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "NetworkPolicy")
+    closed = policy()
+    assert not any({"port": 8080, "protocol": "TCP"} in (r.get("ports") or []) for r in closed["spec"]["ingress"])
+    values = tmp_path / "values.yaml"
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    values.write_text(yaml.safe_dump({"networkPolicy": {"metricsFrom": [peer]}}))
+    opened = policy("-f", str(values))
+    rules = [r for r in opened["spec"]["ingress"] if {"port": 8080, "protocol": "TCP"} in (r.get("ports") or [])]
+    assert rules == [{"from": [peer], "ports": [{"port": 8080, "protocol": "TCP"}]}], opened["spec"]["ingress"]

@@ -5,7 +5,9 @@ and node managers, the workers' ports; torchrun: the rendezvous and NCCL's socke
 pods (they carry the same app.kubernetes.io/instance: the release, a job's run name). For a Ray cluster, also: the
 KubeRay operator's namespace reaches the dashboard (8265: KubeRay polls a RayJob's status through the dashboard's job
 API), and the peers an environment lists (networkPolicy.dashboardFrom: an ingress namespace, or any address where the
-dashboard is exposed on a NodePort) reach the dashboard and the Ray client (10001). Ingress only: egress stays open
+dashboard is exposed on a NodePort) reach the dashboard and the Ray client (10001), and the peers of
+networkPolicy.metricsFrom (a Prometheus's namespace) reach Ray's metrics on every Ray pod (8080: KubeRay sets
+--metrics-export-port=8080 and the container port `metrics`). Ingress only: egress stays open
 (image pulls, checkpoints, datasets).
 */}}
 {{- define "tlib.networkPolicy" -}}
@@ -44,6 +46,12 @@ spec:
       ports:
         - {port: 8265, protocol: TCP}
         - {port: 10001, protocol: TCP}
+    {{- end }}
+    {{- with $vals.networkPolicy.metricsFrom }}
+    - from:
+        {{- toYaml . | nindent 8 }}
+      ports:
+        - {port: 8080, protocol: TCP}
     {{- end }}
     {{- end }}
 {{- end -}}
