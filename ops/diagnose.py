@@ -78,9 +78,16 @@ CLASSES = (
                   r"claim \S+ is (Pending|Missing|Lost)", r"^ProvisioningFailed: "),
                  "platform.values.checkpoints (storage class, size, access modes) and cluster.checkpoints.claimName; "
                  "the CSI driver (fsx.csi.aws.com) must run", False),
+    FailureClass("checkpoint-permission-denied", "the checkpoint volume is not writable by the Ray user",
+                 (r"cannot write to the checkpoint storage /\S*: PermissionError",
+                  r"PermissionError: \[Errno 13\] Permission denied: '/checkpoints"),
+                 "the volume's root must be writable by uid 1000 / gid 100 (podSecurityContext): FSx for Lustre's CSI "
+                 "driver applies fsGroup to a ReadWriteMany claim only with fsGroupPolicy: File (its Helm chart's "
+                 "value; the default ReadWriteOnceWithFSType never does), or prepare the root once (chown 1000:100, "
+                 "docs/eks.md)", False),
     FailureClass("storage-not-shared", "the checkpoint storage is not one every Ray pod reaches",
                  (r"the checkpoint storage \S+ is not shared by every Ray node",
-                  r"cannot write to the checkpoint storage \S+:",
+                  r"cannot write to the checkpoint storage \S+: (?!PermissionError)",
                   r"Unable to set up cluster storage with the following settings"),
                  "cluster.checkpoints: store s3 (the platform chart's objectStore, or AWS S3) with its endpoint and "
                  "credentials on every Ray pod (cluster.checkpoints.s3), or store volume with a ReadWriteMany claim; "
