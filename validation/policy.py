@@ -28,8 +28,8 @@ from .secrets_scan import scan as scan_secrets
 
 GPU_RESOURCES = ("nvidia.com/gpu",)
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
-# What EFA needs in the pod: libfabric's provider. FI_EFA_USE_DEVICE_RDMA, FI_EFA_FORK_SAFE and NCCL_PROTO=simple
-# are legacy for current aws-ofi-nccl (it sets what it needs itself); the EKS profile keeps seed-001's values,
+# What EFA needs in the pod: libfabric's provider. FI_EFA_USE_DEVICE_RDMA and FI_EFA_FORK_SAFE are legacy for
+# current aws-ofi-nccl (it sets what it needs itself, NCCL_PROTO included); the EKS profile keeps seed-001's values,
 # but they are not required. No capability either: IPC_LOCK does nothing for a non-root process.
 EFA_ENV = {"FI_PROVIDER": "efa"}
 # The training image's EFA build (training/Dockerfile VARIANT=efa: libfabric and aws-ofi-nccl); without them NCCL

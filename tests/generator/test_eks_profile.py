@@ -5,9 +5,12 @@ import yaml
 
 from tests.support import REPO, run_generator
 
-EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "0", "FI_EFA_FORK_SAFE": "1", "NCCL_PROTO": "simple"}
-NCCL_ENV = {"NCCL_DEBUG": "INFO", "NCCL_TIMEOUT": "1800", "TORCH_NCCL_TRACE_BUFFER_SIZE": "4096",
-            "PYTHONUNBUFFERED": "1"}
+# NCCL uses the aws-ofi-nccl plugin or fails (never TCP sockets in silence); NCCL_PROTO is the plugin's to set
+EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "0", "FI_EFA_FORK_SAFE": "1", "NCCL_NET_PLUGIN": "ofi",
+           "NCCL_NET": "Libfabric"}
+NCCL_ENV = {"NCCL_DEBUG": "INFO", "TORCH_NCCL_TRACE_BUFFER_SIZE": "4096", "PYTHONUNBUFFERED": "1"}
+# read by nothing (neither NCCL nor PyTorch): the collective timeout is cluster.nccl.collectiveTimeoutSeconds
+UNREAD = {"NCCL_TIMEOUT"}
 
 
 def pod_specs(doc):
@@ -48,6 +51,7 @@ def test_every_eks_gpu_pod_carries_the_production_profile():
             assert c["image"].endswith("-efa"), (path, role, c["image"])  # libfabric + aws-ofi-nccl
             env = env_of(c)
             assert EFA_ENV.items() <= env.items() and NCCL_ENV.items() <= env.items(), (path, role)
+            assert not UNREAD & set(env) and "NCCL_PROTO" not in env, (path, role)
             if doc["kind"] == "PyTorchJob":  # the Llama job reads the Hub; nothing else gets the token
                 assert env["HF_TOKEN"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
             else:
@@ -110,7 +114,8 @@ def test_switching_efa_off_removes_all_of_it(repo_copy, tmp_path):
             c = pod["containers"][0]
             assert "vpc.amazonaws.com/efa" not in c["resources"]["limits"], (path, role)
             assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, (path, role)
-            assert not set(env_of(c)) & {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_PROTO"}
+            assert not set(env_of(c)) & {"FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "FI_EFA_FORK_SAFE", "NCCL_PROTO",
+                                         "NCCL_NET", "NCCL_NET_PLUGIN"}
             assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"  # GPUs stay
             pods += 1
     assert pods >= 6

@@ -64,7 +64,11 @@ Sorted by name. */}}
 {{- $_ := set $env "FI_PROVIDER" "efa" -}}
 {{- $_ := set $env "FI_EFA_USE_DEVICE_RDMA" $efa.rdma -}}
 {{- $_ := set $env "FI_EFA_FORK_SAFE" "1" -}}
-{{- $_ := set $env "NCCL_PROTO" "simple" -}}
+{{- /* NCCL loads aws-ofi-nccl's libnccl-net-ofi.so and uses its network or fails: never a silent fallback to TCP
+     sockets (aws-ofi-nccl v1.21.1 src/Makefile.am:131-139, src/nccl_ofi_interface_nvidia.cpp:662 names it
+     "Libfabric"). NCCL_PROTO is the plugin's to set where it is needed (src/platform-aws.cpp:866-928). */ -}}
+{{- $_ := set $env "NCCL_NET_PLUGIN" "ofi" -}}
+{{- $_ := set $env "NCCL_NET" "Libfabric" -}}
 {{- end -}}
 {{- if $vals.nccl.enabled -}}
 {{- range $k, $v := $vals.nccl.env }}{{ if not (kindIs "invalid" $v) }}{{ $_ := set $env $k (toString $v) }}{{ end }}{{ end -}}
