@@ -300,3 +300,23 @@ def test_every_operator_made_container_has_a_read_only_root_with_scratch(e2e, bo
         assert init_pytorch, f"{env}: no PyTorchJob worker carries the training-operator's init container"
     for c in init_pytorch:
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, c  # ours, not the operator's built-in
+
+
+AUTOSCALING_ENVS = envs_where(lambda doc: ((doc.get("cluster") or {}).get("autoscaler") or {}).get("enabled"))
+
+
+@pytest.mark.parametrize("env", AUTOSCALING_ENVS)
+def test_only_the_autoscaler_container_holds_a_service_account_token(e2e, bootstrapped, env):
+    """On the head pod KubeRay made for an autoscaling cluster, no container but the autoscaler sidecar mounts the
+    service-account token (a job submitted to the Ray cluster cannot patch its pods or RayClusters), and the pod
+    mounts none of its own."""
+    sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    name = e2e.env_doc(env)["rayCluster"]["name"]
+    heads = wait_for(lambda: (bool(e2e.pods(env, f"ray.io/cluster={name},ray.io/node-type=head")),
+                              e2e.pods(env, f"ray.io/cluster={name},ray.io/node-type=head")),
+                     PODS_TIMEOUT, 5, f"no head pod of {name}")
+    for pod in heads:
+        assert pod.spec.automount_service_account_token is False, pod.metadata.name
+        holders = sorted(c.name for c in [*(pod.spec.init_containers or []), *pod.spec.containers]
+                         if any(m.mount_path == sa_dir for m in c.volume_mounts or []))
+        assert holders == ["autoscaler"], (pod.metadata.name, holders)

@@ -211,3 +211,23 @@ def test_metrics_are_closed_unless_metrics_from_names_who_scrapes(helm_bin, char
     opened = policy("-f", str(values))
     rules = [r for r in opened["spec"]["ingress"] if {"port": 8080, "protocol": "TCP"} in (r.get("ports") or [])]
     assert rules == [{"from": [peer], "ports": [{"port": 8080, "protocol": "TCP"}]}], opened["spec"]["ingress"]
+
+
+def test_only_the_autoscaler_container_gets_a_service_account_token(helm_bin, tmp_path):
+    """An autoscaling head mounted its token in every container (automountServiceAccountToken at pod level), so any
+    job submitted to the cluster could patch its pods; now the pod mounts none and KubeRay's autoscaler sidecar
+    alone mounts a projected token (autoscalerOptions.volumeMounts)."""
+    values = tmp_path / "values.yaml"
+    values.write_text(yaml.safe_dump({"autoscaler": {"enabled": True}}))
+    proc = helm(helm_bin, "template", "charts/ray-cluster", "-f", str(values))
+    assert proc.returncode == 0, proc.stderr
+    spec = next(d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "RayCluster")["spec"]
+    sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
+    head = spec["headGroupSpec"]["template"]["spec"]
+    assert head["automountServiceAccountToken"] is False
+    assert not any(m["mountPath"] == sa_dir for c in head["containers"] for m in c.get("volumeMounts") or [])
+    mounts = {m["mountPath"]: m for m in spec["autoscalerOptions"]["volumeMounts"]}
+    assert mounts[sa_dir]["readOnly"] is True and "/tmp" in mounts
+    volume = next(v for v in head["volumes"] if v["name"] == mounts[sa_dir]["name"])
+    sources = {next(iter(s)) for s in volume["projected"]["sources"]}
+    assert sources == {"serviceAccountToken", "configMap", "downwardAPI"}

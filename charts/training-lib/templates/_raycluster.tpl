@@ -39,13 +39,26 @@ autoscalerOptions:
   securityContext:
     {{- toYaml . | nindent 4 }}
   {{- end }}
-  {{- with include "tlib.scratchContainerFields" (dict "root" $root) }}
-  {{- . | trim | nindent 2 }}
+  {{- $autoscalerFields := include "tlib.scratchContainerFields" (dict "root" $root) | fromYaml }}
+  {{- with $autoscalerFields.env }}
+  env:
+    {{- toYaml . | nindent 4 }}
   {{- end }}
+  volumeMounts:
+    {{- with $autoscalerFields.volumeMounts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+    - {{- include "tlib.autoscalerTokenMount" . | nindent 6 }}
 {{- end }}
 headGroupSpec:
   serviceType: {{ $vals.head.serviceType }}
-  {{- $headCtx := dict "root" $root "group" $vals.head "containerName" "ray-head" "extraVolumes" $extraVolumes "extraVolumeMounts" $extraVolumeMounts "apiAccess" $vals.autoscaler.enabled }}
+  {{- /* the service-account token only in the autoscaler's container: the head pod mounts none, its volumes hold
+       a projected token the autoscaler alone mounts (a job submitted to the cluster cannot patch its pods) */ -}}
+  {{- $headVolumes := $extraVolumes }}
+  {{- if $vals.autoscaler.enabled }}
+  {{- $headVolumes = append $extraVolumes (include "tlib.autoscalerTokenVolume" . | fromYaml) }}
+  {{- end }}
+  {{- $headCtx := dict "root" $root "group" $vals.head "containerName" "ray-head" "extraVolumes" $headVolumes "extraVolumeMounts" $extraVolumeMounts }}
   {{- $_ := set $headCtx "ports" (list (dict "containerPort" 6379 "name" "gcs-server") (dict "containerPort" 8265 "name" "dashboard") (dict "containerPort" 10001 "name" "client")) }}
   {{- with include "tlib.rayStartParams" $headCtx }}
   rayStartParams:
@@ -87,4 +100,34 @@ workerGroupSpecs:
       {{- include "tlib.podTemplate" $ctx | nindent 6 }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+
+{{/*
+The Kubernetes API credentials of KubeRay's autoscaler sidecar, and only its: what the kubelet's kube-api-access
+volume holds (a bound service-account token, the cluster CA, the namespace), projected into the head pod and
+mounted by the autoscaler container alone (autoscalerOptions.volumeMounts) where the Kubernetes client looks.
+*/}}
+{{- define "tlib.autoscalerTokenVolume" -}}
+name: autoscaler-api-access
+projected:
+  defaultMode: 420
+  sources:
+    - serviceAccountToken:
+        path: token
+        expirationSeconds: 3607
+    - configMap:
+        name: kube-root-ca.crt
+        items:
+          - {key: ca.crt, path: ca.crt}
+    - downwardAPI:
+        items:
+          - path: namespace
+            fieldRef: {apiVersion: v1, fieldPath: metadata.namespace}
+{{- end -}}
+
+{{- define "tlib.autoscalerTokenMount" -}}
+name: autoscaler-api-access
+mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+readOnly: true
 {{- end -}}
