@@ -6,8 +6,8 @@ Debian's redis-server for their cache.
 The controllers run with the management cluster's admin credentials; `ARGOCD_FAKE_IN_CLUSTER=true` makes the
 in-cluster destination (https://kubernetes.default.svc) that cluster, as it is for an Argo CD installed in it.
 The repo-server runs the helm and kustomize that Argo CD v3.5.1 ships (built by e2e.components), and git, in a
-private mount namespace with the directories its Deployment mounts (/app/config/..., /helm-working-dir, /tmp) as
-empty directories of the run, and the Deployment's HELM_* environment.
+private mount namespace with the directories its Deployment mounts (/app/config/..., /helm-working-dir) as
+empty directories of the run, its /tmp a directory of the run (TMPDIR), and the Deployment's HELM_* environment.
 """
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ from .procs import Supervisor, free_port, in_mount_namespace, port_open, wait_un
 NAMESPACE = "argocd"
 INSTALL_KINDS = {"CustomResourceDefinition", "ConfigMap", "Secret"}
 
-# The repo-server Deployment's volumes (install.yaml): all empty here (no known hosts, TLS certs or GPG keys).
+# The repo-server Deployment's volumes (install.yaml): all empty here (no known hosts, TLS certs or GPG keys). Its
+# /tmp emptyDir is a directory of the run given as TMPDIR, not a mount over /tmp: that would hide a clone that lives
+# under /tmp (this repository's own binaries with it).
 REPO_SERVER_MOUNTS = ("/app/config/ssh", "/app/config/tls", "/app/config/gpg/source", "/app/config/gpg/keys",
-                      "/app/config/reposerver/tls", "/app/config/reposerver/mtls", "/helm-working-dir", "/tmp")
+                      "/app/config/reposerver/tls", "/app/config/reposerver/mtls", "/helm-working-dir")
 
 # The controllers' timing, shortened from Argo CD's defaults so a scenario sees several reconciles in minutes:
 # --app-resync 120 s (+ up to 60 s jitter) -> 20 s (no jitter). And --persist-resource-health: Argo CD 3 keeps
@@ -98,7 +100,10 @@ class ArgoCD:
             host.mkdir(parents=True, exist_ok=True)
             host.chmod(0o700)
             binds.append((str(host), mount))
-        repo_env = {**env, "TMPDIR": "/tmp", "HELM_CACHE_HOME": "/helm-working-dir",
+        repo_tmp = self.directory / "repo-server" / "tmp"
+        repo_tmp.mkdir(parents=True, exist_ok=True)
+        repo_tmp.chmod(0o700)
+        repo_env = {**env, "TMPDIR": str(repo_tmp), "HELM_CACHE_HOME": "/helm-working-dir",
                     "HELM_CONFIG_HOME": "/helm-working-dir", "HELM_DATA_HOME": "/helm-working-dir"}
         sup.start("argocd-repo-server", in_mount_namespace([
             bins["argocd-repo-server"], "--address", "127.0.0.1", "--port", str(self.repo_port),

@@ -70,3 +70,12 @@ def test_nodes_file_names_minikube_real_and_eks_kwok():
     assert nodes.real("eks") is None
     assert nodes.manifests("minikube") == []
     assert nodes.manifests("eks")
+
+
+def test_nothing_the_repo_server_mounts_can_hide_a_clone_under_tmp():
+    """A fresh clone in a temporary folder (/tmp/...) must run the e2e: the repo-server's private mount namespace
+    once bound a directory over /tmp, and its own binary under <clone>/.cache/e2e/bin was "not found"."""
+    from e2e.argo import REPO_SERVER_MOUNTS
+    for clone in ("/tmp/ray-gitops", "/var/tmp/x/ray-gitops", "/home/u/src/ray-gitops"):
+        hidden = [m for m in REPO_SERVER_MOUNTS if clone == m or clone.startswith(m.rstrip("/") + "/")]
+        assert not hidden, (clone, hidden)
