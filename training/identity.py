@@ -14,9 +14,11 @@ import hashlib
 import json
 from typing import Any
 
+from training.errors import SpecError
 from training.job import Job, thaw
 
 HASH_LENGTH = 10
+IDENTITY_FILE = "identity.json"  # in the run folder: what the run trains, written when it starts
 
 
 def identity_fields(job: Job) -> dict[str, Any]:
@@ -50,3 +52,38 @@ def derived_name(job: Job) -> str:
     text = json.dumps(identity_fields(job), sort_keys=True, separators=(",", ":"), default=str)
     digest = hashlib.sha256(text.encode()).hexdigest()[:HASH_LENGTH]
     return f"{job.mode}-{job.training.framework}-{digest}"
+
+
+def _normalized(job: Job) -> dict[str, Any]:
+    return json.loads(json.dumps(identity_fields(job), sort_keys=True, default=str))
+
+
+def record(job: Job) -> None:
+    """Keep what the run trains beside its checkpoints (once: the run's first start writes it)."""
+    from training import storage
+
+    path = storage.join(job.run_path, IDENTITY_FILE)
+    if not storage.exists(path):
+        storage.write_bytes(path, json.dumps(_normalized(job), indent=2, sort_keys=True).encode())
+
+
+def check_same_run(job: Job) -> None:
+    """Refuse to continue a run that was trained with other settings: a named job whose learning rate, batch,
+    model or data changed would otherwise resume the old weights under the new settings (or, finished, train
+    nothing more and report the old metrics). The same spec again (make retry, more epochs) continues."""
+    from training import storage
+
+    path = storage.join(job.run_path, IDENTITY_FILE)
+    if not storage.exists(path):
+        return
+    stored = json.loads(storage.read_bytes(path))
+    current = _normalized(job)
+    changed = sorted(k for k in set(stored) | set(current) if stored.get(k) != current.get(k))
+    if not changed:
+        return
+    shown = "; ".join(f"{k}: {json.dumps(stored.get(k))} -> {json.dumps(current.get(k))}" for k in changed)
+    raise SpecError(
+        f"run {job.name!r} at {job.run_path} was trained with other settings ({shown}): continuing it would resume "
+        f"its weights under the new ones", field="name",
+        details="to start fresh, give the job spec a new name (or remove the run folder); to continue those "
+                "weights on purpose, give it a new name and set checkpoint.resumeFrom to the old run's checkpoint")

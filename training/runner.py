@@ -118,6 +118,9 @@ def pre_ray_checks(job: Job, spec_dir: Path, resume: bool) -> tuple[Any | None, 
 
 
 def _check_resume_checkpoint(job: Job) -> None:
+    from training.identity import check_same_run
+
+    check_same_run(job)
     resume = checkpointing.checkpoint_to_resume(job.run_path, job.checkpoint.resume_from)
     if not resume:
         return
@@ -155,6 +158,8 @@ def run_train(job: Job, user_fn, hooks: TestHooks, progress: Progress) -> tuple[
     check_resources(job.workers)
     progress.timings["resourceCheck"] = round(time.time() - t, 3)
     check_storage(job, progress)
+    from training.identity import record
+    record(job)
     trainer = build_trainer(job, user_fn, hooks)
     w = job.workers
     gpu = f" + {w.gpu:g} GPU" if w.gpu else ""

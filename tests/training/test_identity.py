@@ -132,3 +132,20 @@ def test_the_settings_are_ones_ray_train_passes_to_its_controller():
     from training.trainers import HEALTH_CHECK_ENV
 
     assert set(HEALTH_CHECK_ENV.values()) <= ray_train_constants.ENV_VARS_TO_PROPAGATE
+
+
+def test_a_named_run_refuses_to_continue_under_changed_settings(tmp_path):
+    """Editing lr (or the batch, the model, the data) of a named job gave a new RayJob but the same run: it resumed
+    the old weights under the new settings, or trained nothing more and reported the old metrics."""
+    from training.identity import check_same_run, record
+    spec = digits_spec("named-run", lr=0.001)
+    spec["checkpoint"]["storagePath"] = str(tmp_path)
+    record(job_of(spec))
+    check_same_run(job_of(spec))                                   # make retry: the same spec continues
+    check_same_run(job_of(changed(spec, "trainConfig.epochs", 9)))  # more epochs continue the same run
+    with pytest.raises(SpecError) as info:
+        check_same_run(job_of(changed(changed(spec, "trainConfig.lr", 0.01), "trainConfig.batchSize", 64)))
+    assert info.value.field == "name"
+    assert "batchSize: 32 -> 64; lr: 0.001 -> 0.01" in info.value.message, info.value.message
+    assert "new name" in info.value.details and "checkpoint.resumeFrom" in info.value.details
+    check_same_run(job_of(changed(changed(spec, "trainConfig.lr", 0.01), "name", "named-run-lr-0.01")))
