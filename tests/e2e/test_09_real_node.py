@@ -10,8 +10,9 @@ enforces the NetworkPolicies, and the failures a user meets are the kubelet's an
   cluster) its dashboard, while the cluster's own pods, the operator's namespace and the pod network's DNS do;
 - a job added through git (digits-fault): the time from `git push` to its first training step; one of its worker
   pods is deleted mid-training, Ray Train restores the last checkpoint and the run succeeds;
-- the same job with an image that does not exist, then with a data path that does not exist: `make diagnose` and
-  `make logs` show what the kubelet and the training said;
+- the same job with an image that does not exist, then with another learning rate under the same name (the run
+  refuses to continue: it would resume the old weights), then with a data path that does not exist: `make diagnose`
+  and `make logs` show what the kubelet and the training said;
 - then the job leaves through git and every Application ends Synced and Healthy.
 """
 from __future__ import annotations
@@ -214,7 +215,8 @@ def _set_fault_job(e2e, env, **changes) -> None:
         job = {"job": {"spec": {
             "name": FAULT_JOB, "mode": "train",
             "config": {"numWorkers": 2, "useGpu": False, "resourcesPerWorker": {"cpu": 1}},
-            "trainConfig": {"framework": "pytorch", "epochs": FAULT_EPOCHS, "batchSize": 32, "lr": 0.001},
+            "trainConfig": {"framework": "pytorch", "epochs": FAULT_EPOCHS, "batchSize": 32,
+                            "lr": changes.get("lr", 0.001)},
             "data": changes.get("data") or {"source": "digits"},
             "checkpoint": {"everyEpochs": 2, "keepBest": 2, "maxFailures": 2}}}}
         if changes.get("image_tag"):
@@ -310,6 +312,17 @@ def failures(e2e, faulted):
     proc = e2e.ops("diagnose", "--env", env, "--job", FAULT_JOB)
     record["diagnose image"] = (proc.returncode, proc.stdout + proc.stderr)
 
+    # the same job with another learning rate: a new RayJob, the same run name; the run refuses to continue
+    _set_fault_job(e2e, env, lr=0.01)
+    e2e.push(f"e2e: {FAULT_JOB} with another learning rate under the same name")
+    run = _one_run(e2e, env, old)
+    old.add(run)
+    wait_for(lambda: ((day_two.run_named(e2e, env, run) or {}).get("status", {}).get("jobDeploymentStatus")
+                      == "Failed", (day_two.run_named(e2e, env, run) or {}).get("status")), 600, 3,
+             f"{run} did not fail")
+    proc = e2e.ops("logs", "--env", env, "--job", FAULT_JOB)
+    record["logs identity"] = (proc.returncode, proc.stdout + proc.stderr)
+
     _set_fault_job(e2e, env, data={"source": "cifar10", "path": "/data/cifar-10-batches-py"})
     e2e.push(f"e2e: {FAULT_JOB} reads a data path that does not exist")
     run = _one_run(e2e, env, old)
@@ -341,6 +354,11 @@ def test_a_spec_error_shows_the_trainings_own_message_in_logs_and_diagnose(failu
     assert "/data/cifar-10-batches-py" in out, out
     code, out = failures["diagnose spec"]
     assert "job-spec-or-data" in out and "/data/cifar-10-batches-py" in out, out
+
+
+def test_a_changed_learning_rate_under_the_same_name_is_refused_not_resumed(failures):
+    code, out = failures["logs identity"]
+    assert "was trained with other settings" in out and "lr: 0.001 -> 0.01" in out, out[-3000:]
 
 
 def test_the_job_left_through_git_and_every_app_is_synced_and_healthy(failures):
