@@ -45,6 +45,22 @@ def _free_finished_job_clusters(e2e) -> list[str]:
     return deleted
 
 
+def _pods_until_succeeded(e2e, run: str, timeout: float = 900) -> dict[str, list[str]]:
+    """A real run's head and worker pods, gathered while they exist (the benchmark's clusters are deleted at once
+    when they end: ttlSecondsAfterFinished 0), until the run SUCCEEDED."""
+    seen: dict[str, set] = {"head": set(), "worker": set()}
+
+    def check():
+        for node_type in seen:
+            seen[node_type] |= {p.metadata.name for p in day_two.cluster_pods(e2e, ENV, run, node_type)}
+        status = (day_two.run_named(e2e, ENV, run) or {}).get("status") or {}
+        state = (status.get("jobDeploymentStatus"), status.get("jobStatus"))
+        assert state[0] != "Failed", f"{run} failed: {status.get('reason')}: {status.get('message')}"
+        return state == ("Complete", "SUCCEEDED"), f"{run}: {state}"
+    wait_for(check, timeout, 2, f"{run} did not succeed")
+    return {node_type: sorted(names) for node_type, names in seen.items()}
+
+
 def _one_unfinished_run(e2e, job: str) -> tuple[bool, str | list[str]]:
     runs = _runs(e2e, job)
     names = [o["metadata"]["name"] for o in runs]
@@ -69,12 +85,12 @@ def benchmark(e2e, bootstrapped, finished, tmp_path_factory):
             # the other job has no running run meanwhile: the two never share the nodes
             record["overlap"] += [o["metadata"]["name"] for other in JOBS if other != job for o in _runs(e2e, other)
                                   if (o.get("status") or {}).get("jobDeploymentStatus") not in ("Complete", "Failed")]
+            if e2e.real(ENV):  # it trains, and ends by itself: the pods it had, seen while they exist
+                record["pods"][job] = _pods_until_succeeded(e2e, run)
+                continue
             submitter = day_two.running_submitter(e2e, ENV, run, 600)
             record["pods"][job] = {t: [p.metadata.name for p in day_two.cluster_pods(e2e, ENV, run, t)]
                                    for t in ("head", "worker")}
-            if e2e.real(ENV):  # it trains: wait for its end as the command does
-                day_two.succeeded(e2e, ENV, run, 900)
-                continue
             result = (FIXTURES / RESULTS[job]).read_text().strip()
             lines = ["2026-11-24 10:00:00,000\tINFO job_manager.py:531 -- Runtime env is setting up.",
                      f"[bench-train] {job}: 1 epoch(s), data digits, global batch 64",
