@@ -8,7 +8,6 @@ when the server is not built."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
@@ -70,87 +69,3 @@ def test_a_bucket_that_does_not_exist_is_named_before_ray(s3_server, monkeypatch
     assert "the bucket must exist" in info.value.message and info.value.field == "checkpoint.storagePath"
     path, token = write_marker(f"s3://{s3_server.bucket}/probe")
     assert (s3_server.root / "buckets" / s3_server.bucket / "probe" / path.rsplit("/", 1)[-1]).read_text() == token
-
-
-def _namespace(writable: list[str], uid: int, command: list[str], env: dict[str, str], **popen):
-    """``command`` in a private mount namespace where / is read-only and only ``writable`` (bind mounts of
-    themselves) and a tmpfs at /tmp can be written, as uid ``uid``: the pod's securityContext, without a container
-    runtime."""
-    import shlex
-    import subprocess
-
-    mounts = [f"mount --bind {shlex.quote(p)} {shlex.quote(p)}" for p in writable]
-    mounts += ["mount -o remount,bind,ro /", "mount -t tmpfs -o size=64m,mode=1777 tmpfs /tmp"]
-    script = " && ".join(mounts) + f' && exec unshare --user --map-user={uid} --map-group={uid} "$@"'
-    return subprocess.Popen(["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, "store", *command],
-                            env=env, **popen)
-
-
-def test_the_rendered_store_runs_under_its_security_context(s3_server, tmp_path):
-    """The checkpoint store as apps/minikube renders it: its init container makes the bucket, the gateway starts
-    with the rendered arguments and environment under the pod's securityContext (read-only root, /tmp its scratch,
-    its data volume writable, uid 10001), answers the probes' path and serves the bucket to an S3 client. The
-    rendered /data and port are moved to a folder and a free port of this machine; the binary is the one the e2e
-    builds from the same version as the rendered image."""
-    import shutil
-    import subprocess
-    import urllib.request
-
-    import pyarrow.fs as pafs
-
-    from tests.training.support import free_ports, stop_group
-
-    doc = yaml.safe_load((REPO / "apps" / "minikube" / "platform" / "deployment-checkpoint-store.yaml").read_text())
-    pod = doc["spec"]["template"]["spec"]
-    [init], [server] = pod["initContainers"], pod["containers"]
-    tag = server["image"].rsplit(":", 1)[-1]
-    version = subprocess.run([str(s3_server.binary), "--version"], capture_output=True, text=True).stdout
-    assert f"Version  : {tag}\n" in version, (tag, version)  # the e2e builds the rendered image's version
-    uid = pod["securityContext"]["runAsUser"]
-    for container in (init, server):
-        assert container["securityContext"]["readOnlyRootFilesystem"] is True
-        assert {m["mountPath"] for m in container["volumeMounts"]} == {"/data", "/tmp"}
-    data = REPO / ".cache" / f"object-store-{uuid.uuid4().hex[:8]}"  # outside /tmp: /tmp is the scratch tmpfs
-    data.mkdir(parents=True)
-    port = free_ports(1)[0]
-
-    def here(args: list[str]) -> list[str]:
-        return [a.replace("/data", str(data)) if a.startswith("/data") else (f"127.0.0.1:{port}" if a == ":7070" else a)
-                for a in args]
-
-    secrets = {"accessKeyId": "store-test", "secretAccessKey": uuid.uuid4().hex}
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
-    for entry in server["env"]:
-        ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
-        env[entry["name"]] = secrets[ref["key"]] if ref else entry["value"]
-    try:
-        made = _namespace([str(data)], uid, here(init["command"]), env)
-        assert made.wait(timeout=60) == 0
-        bucket = data / "buckets" / "checkpoints"
-        assert bucket.is_dir(), "the init container makes the bucket"
-        log = open(tmp_path / "store.log", "wb")  # noqa: SIM115 - closed below
-        proc = _namespace([str(data)], uid, [str(s3_server.binary), *here(server["args"])], env, stdout=log,
-                          stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            probe = server["readinessProbe"]["httpGet"]["path"]
-            for _ in range(100):
-                try:
-                    with urllib.request.urlopen(f"http://127.0.0.1:{port}{probe}", timeout=2) as answer:
-                        assert answer.status == 200
-                        break
-                except OSError:
-                    time.sleep(0.2)
-            else:
-                raise AssertionError((tmp_path / "store.log").read_text(errors="replace")[-3000:])
-            fs = pafs.S3FileSystem(endpoint_override=f"http://127.0.0.1:{port}", region="us-east-1",
-                                   access_key=secrets["accessKeyId"], secret_key=secrets["secretAccessKey"])
-            with fs.open_output_stream("checkpoints/runs/probe.bin") as out:
-                out.write(b"x" * 3_000_000)
-            assert fs.get_file_info("checkpoints/runs/probe.bin").size == 3_000_000
-            assert (bucket / "runs" / "probe.bin").stat().st_size == 3_000_000
-            assert "read-only file system" not in (tmp_path / "store.log").read_text(errors="replace").lower()
-        finally:
-            stop_group(proc)
-            log.close()
-    finally:
-        shutil.rmtree(data, ignore_errors=True)

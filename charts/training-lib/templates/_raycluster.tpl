@@ -126,6 +126,7 @@ projected:
             fieldRef: {apiVersion: v1, fieldPath: metadata.namespace}
 {{- end -}}
 
+{{/* Where the autoscaler container mounts that volume: the Kubernetes client's in-cluster path. */}}
 {{- define "tlib.autoscalerTokenMount" -}}
 name: autoscaler-api-access
 mountPath: /var/run/secrets/kubernetes.io/serviceaccount
