@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -277,6 +278,8 @@ state = "{self.socket_dir / 'state'}"
             except OSError:
                 pass
         _remove_kubelet_chains()
+        _remove_policy_chains()
+        _remove_pod_netns(log)
         for cgroup_root in Path("/sys/fs/cgroup").glob("*/kubepods"):
             _remove_cgroup_tree(cgroup_root)
         subprocess.run(["rm", "-rf", str(self.socket_dir)], capture_output=True)
@@ -341,6 +344,32 @@ def _remove_kubelet_chains() -> None:
                     pass
             subprocess.run(["iptables", "-t", table, "-F", chain], capture_output=True)
             subprocess.run(["iptables", "-t", table, "-X", chain], capture_output=True)
+
+
+def _remove_policy_chains() -> None:
+    """kube-router's firewall chains, should its --cleanup-config have left any (it does when its pods are gone)."""
+    dump = subprocess.run(["iptables-save", "-t", "filter"], capture_output=True, text=True).stdout
+    ours = [line[1:].split()[0] for line in dump.splitlines()
+            if line.startswith(":") and line[1:].startswith(("KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-"))]
+    for line in dump.splitlines():  # the jumps into them from the built-in chains
+        if line.startswith("-A ") and any(f"-j {chain}" in line for chain in ours):
+            subprocess.run(["iptables", "-t", "filter", "-D", *shlex.split(line[3:])], capture_output=True)
+    for chain in ours:
+        subprocess.run(["iptables", "-t", "filter", "-F", chain], capture_output=True)
+    for chain in ours:
+        subprocess.run(["iptables", "-t", "filter", "-X", chain], capture_output=True)
+    sets = subprocess.run(["ipset", "list", "-n"], capture_output=True, text=True).stdout.split()
+    for name in sets:  # its ipsets, free once no rule uses them
+        if name.startswith(("KUBE-DST-", "KUBE-SRC-", "kube-router-")):
+            subprocess.run(["ipset", "destroy", name], capture_output=True)
+
+
+def _remove_pod_netns(log) -> None:
+    """The pods' network namespaces (containerd's CRI names them cni-<uuid>): the shims were killed, so no CNI DEL
+    ran; deleting a namespace removes its veth pair too. This node is the only CRI user on the machine."""
+    for netns in Path("/run/netns").glob("cni-*"):
+        if subprocess.run(["ip", "netns", "del", netns.name], capture_output=True).returncode != 0:
+            log(f"node: could not delete network namespace {netns.name}")
 
 
 def _remove_cgroup_tree(path: Path) -> None:
