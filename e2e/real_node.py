@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from . import kube
-from .procs import Supervisor, free_port, port_open, wait_until
+from .procs import Supervisor, free_port, wait_until
 
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10"
 CNI_BIN = "/usr/lib/cni"
@@ -255,14 +255,10 @@ state = "{self.socket_dir / 'state'}"
     # --- teardown -----------------------------------------------------------------------------------------------
     def stop(self, bins: dict, log) -> None:
         """After the supervisor stopped the processes: containers, mounts, rules, links, sysctls."""
-        for _ in range(3):
-            if not self.containerd_socket.exists():
-                break
-            tasks = self.ctr("tasks", "list", "--quiet").stdout.split()
-            for task in tasks:
+        if self.containerd_socket.exists():  # a containerd still up kills its tasks itself first
+            for task in self.ctr("tasks", "list", "--quiet").stdout.split():
                 self.ctr("tasks", "kill", "--signal", "SIGKILL", task)
             time.sleep(0.5)
-            break
         _kill_shims(self.socket_dir, log)
         if "kube-proxy" in bins:
             run(bins["kube-proxy"], "--cleanup", check=False)
@@ -382,7 +378,3 @@ def _remove_cgroup_tree(path: Path) -> None:
         path.rmdir()
     except OSError:
         pass
-
-
-def port_ready(port: int) -> bool:
-    return port_open(port)

@@ -45,8 +45,7 @@ def run_in(reference: str, builder: str, script: str) -> subprocess.CompletedPro
 def run(reference: str, builder: str = "auto") -> Report:
     report = Report()
     proc = run_in(reference, builder, f"cd /tmp && python -m training validate {EXAMPLES}/*.yaml")
-    listed = subprocess.run(["ls", str(builders.ROOT / "training" / "examples")], capture_output=True, text=True)
-    specs = [n for n in listed.stdout.split() if n.endswith(".yaml")]
+    specs = sorted((builders.ROOT / "training" / "examples").glob("*.yaml"))
     report.check(proc.returncode == 0, f"python -m training validate on {len(specs)} example specs in the image"
                  + ("" if proc.returncode == 0 else f":\n{proc.stdout}{proc.stderr}"))
     proc = run_in(reference, builder, f'python -c "{PROBE}"')
