@@ -14,6 +14,14 @@ from .errors import ImageError
 class Buildah:
     def __init__(self, cache: Path):
         self.root, self.runroot = cache / "storage", cache / "run"
+        # buildah writes each committed layer to a temporary file first (containers/image's "big files" directory:
+        # $TMPDIR, else /var/tmp). The training stack's layer is several GiB, so that file goes beside the storage,
+        # on the disk that holds the images, not on whatever filesystem /var/tmp is.
+        self.tmp = cache / "tmp"
+
+    def env(self) -> dict[str, str]:
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        return dict(os.environ, BUILDAH_ISOLATION="chroot", TMPDIR=str(self.tmp))
 
     @staticmethod
     def available() -> bool:
@@ -24,16 +32,14 @@ class Buildah:
                 *args]
 
     def run(self, *args: str) -> str:
-        env = dict(os.environ, BUILDAH_ISOLATION="chroot")
-        proc = subprocess.run(self.argv(*args), env=env, text=True, capture_output=True)
+        proc = subprocess.run(self.argv(*args), env=self.env(), text=True, capture_output=True)
         if proc.returncode != 0:
             raise ImageError(f"buildah {args[0]} failed (exit {proc.returncode}):\n{proc.stderr.strip()[-4000:]}")
         return proc.stdout.strip()
 
     def stream(self, *args: str) -> None:
         """A long step whose output people watch (a build): printed as it comes."""
-        env = dict(os.environ, BUILDAH_ISOLATION="chroot")
-        proc = subprocess.run(self.argv(*args), env=env)
+        proc = subprocess.run(self.argv(*args), env=self.env())
         if proc.returncode != 0:
             raise ImageError(f"buildah {args[0]} failed (exit {proc.returncode}); its output is above")
 
