@@ -8,6 +8,10 @@ import threading
 from collections.abc import Callable
 
 STAND_IN_PROVISIONERS = ("fsx.csi.aws.com", "ebs.csi.aws.com", "efs.csi.aws.com")
+# The CSIDriver objects the drivers' Helm charts install (what `make bootstrap` reads): FSx for Lustre as docs/eks.md
+# asks (fsGroupPolicy File, so fsGroup reaches its ReadWriteMany claims), the others with their charts' defaults.
+DRIVER_FS_GROUP_POLICY = {"fsx.csi.aws.com": "File", "ebs.csi.aws.com": "ReadWriteOnceWithFSType",
+                          "efs.csi.aws.com": "ReadWriteOnceWithFSType"}
 
 
 class Provisioner:
@@ -19,7 +23,19 @@ class Provisioner:
         self.thread = threading.Thread(target=self._loop, name=f"provisioner-{env}", daemon=True)
 
     def start(self) -> None:
+        self.register_drivers()
         self.thread.start()
+
+    def register_drivers(self) -> None:
+        from kubernetes import client
+        for name, policy in DRIVER_FS_GROUP_POLICY.items():
+            driver = client.V1CSIDriver(metadata=client.V1ObjectMeta(name=name), spec=client.V1CSIDriverSpec(
+                attach_required=False, fs_group_policy=policy))
+            try:
+                self.storage.create_csi_driver(driver)
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import apps as apps_mod
-from . import argocd, environments, helm, manifests
+from . import argocd, environments, helm, manifests, scopes
 from .errors import RenderError, RenderErrors
 
 APPS_DIR = "apps"
@@ -49,6 +49,10 @@ def _render_app(root: Path, env: environments.Environment, app: apps_mod.App) ->
         digest = hashlib.sha256(text.encode()).hexdigest()[: len(apps_mod.HASH_TOKEN)]
         text = text.replace(apps_mod.HASH_TOKEN, digest)
     for doc in manifests.split(text, f"app {app.key}"):
+        refusal = None if app.name == scopes.PLATFORM_APP else scopes.workload_refusal(doc["apiVersion"], doc["kind"])
+        if refusal:
+            raise RenderError(f"app {app.key} (charts/{app.chart.name}) renders {doc['kind']} "
+                              f"{doc['metadata']['name']}: {refusal}; {scopes.WHERE_INSTEAD}")
         name = manifests.filename(doc)
         if name in files:
             raise RenderError(f"app {app.key}: two resources render to the same file {name} "

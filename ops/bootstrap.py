@@ -5,6 +5,8 @@
 2. The Secrets the workloads reference (made out of git), and the notifications credentials (keys of Argo CD's
    argocd-notifications-secret), are checked; missing ones are named with the command that creates them (the run
    would fail without them: e.g. KubeRay cannot reach a token-auth dashboard).
+   Where the environment's checkpoints live on FSx for Lustre, the cluster's FSx CSI driver must exist and apply
+   the pods' fsGroup (`fsGroupPolicy: File`), or uid 1000 cannot write the checkpoint root: named with the fix.
 3. `argocd/root.yaml` is applied (server-side, as kubectl does), then a live display follows every Application
    of the environment until each is Synced and Healthy (a job's, until its job runs), or names the first that is
    not and why when time runs out.
@@ -123,6 +125,47 @@ def _secret_refs(node, namespace: str, found: dict) -> None:
             _secret_refs(value, namespace, found)
 
 
+FSX_DRIVER = "fsx.csi.aws.com"
+FSX_FIX = ("install (or upgrade) the aws-fsx-csi-driver Helm chart with --set csidriver.fsGroupPolicy=File, or make "
+           "the checkpoint root writable once (docs/eks.md)")
+
+
+def fsx_provisioned(apps_env_dir: Path) -> list[str]:
+    """The StorageClasses of the rendered environment that FSx for Lustre's CSI driver provisions."""
+    names = []
+    for path in sorted(apps_env_dir.glob("*/storageclass-*.yaml")):
+        doc = yaml.safe_load(path.read_text()) or {}
+        if doc.get("kind") == "StorageClass" and doc.get("provisioner") == FSX_DRIVER:
+            names.append(doc["metadata"]["name"])
+    return names
+
+
+def checkpoint_storage_problems(clients: Clients, target: Target, root: Path) -> list[str]:
+    """What keeps the pods (uid 1000, fsGroup 100) from writing FSx checkpoints, read off the cluster: no FSx CSI
+    driver (the claim stays Pending), or one with the default fsGroupPolicy (ReadWriteOnceWithFSType), which never
+    applies fsGroup to a ReadWriteMany claim, so the root stays root's (k8s.io/kubernetes v1.34.4
+    pkg/volume/csi/csi_mounter.go supportsFSGroup, lines 453-484: File always; otherwise ReadWriteOnce only)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+    classes = fsx_provisioned(root / "apps" / target.env)
+    if not classes:
+        return []
+    try:
+        driver = client.StorageV1Api(clients.api(target.context)).read_csi_driver(FSX_DRIVER)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return [f"no CSIDriver {FSX_DRIVER} on context {target.context}: the FSx for Lustre CSI driver is not "
+                f"installed, so claims of StorageClass {', '.join(classes)} stay Pending and no job can checkpoint; "
+                f"{FSX_FIX}"]
+    policy = driver.spec.fs_group_policy or "ReadWriteOnceWithFSType"
+    if policy != "File":
+        return [f"CSIDriver {FSX_DRIVER} on context {target.context} has fsGroupPolicy {policy}: Kubernetes never "
+                f"applies the pods' fsGroup to the ReadWriteMany checkpoint claim, so uid 1000 cannot write the FSx "
+                f"root (PermissionError at the first checkpoint); {FSX_FIX}"]
+    return []
+
+
 def apply_root(target: Target, root: Path) -> str:
     kubectl = _kubectl(root)
     cmd = [kubectl, "--context", target.argocd_context, "-n", target.argocd_namespace, "apply", "--server-side",
@@ -229,9 +272,12 @@ def bootstrap(clients: Clients, target: Target, root: Path, timeout: float = 900
         print("these Secrets the workloads read do not exist yet (their values never come from git):", file=out)
         for command in missing:
             print(f"  {command}", file=out)
+    storage = checkpoint_storage_problems(clients, target, root)
+    for problem in storage:
+        print(f"checkpoint storage: {problem}", file=out)
     print(apply_root(target, root), file=out)
     wait_settled(clients, target, timeout, out, expected=expected_applications(root, target.env))
     standing = [c for c in status_mod.ray_clusters(clients, target) if c["owner"] is None]
     for cluster in standing:
         print(f"Ray dashboard of {cluster['name']}: {cluster['dashboardUrl']}", file=out)
-    return 0 if not missing else EXIT_NOT_HEALTHY
+    return 0 if not missing and not storage else EXIT_NOT_HEALTHY

@@ -651,6 +651,19 @@ def rule_checkpoint_storage_shared(manifests: Sequence[Manifest], facts: EnvFact
                      f"ReadWriteMany claim" + (f" (input: {where})" if where else ""))
 
 
+def rule_workload_namespaced_only(manifests: Sequence[Manifest], facts: EnvFacts) -> Iterator[Violation]:
+    """A folder of apps/<env>/ other than platform is a workload app (the ApplicationSet makes it an Application of
+    the <env> project): no RBAC, nothing cluster-scoped (generator/scopes.py holds the rule the render keeps too)."""
+    from generator import scopes
+    for m in manifests:
+        if m.path.parent.name == scopes.PLATFORM_APP:
+            continue
+        refusal = scopes.workload_refusal(m.api_version, m.kind)
+        if refusal:
+            yield _v("workload-namespaced-only", m, ["kind"],
+                     f"{refusal}; the workload project refuses it at sync; {scopes.WHERE_INSTEAD}")
+
+
 def is_uri(path: str) -> bool:
     return "://" in path
 
@@ -685,6 +698,9 @@ RULES: dict[str, Rule] = {rule.name: rule for rule in (
                                       "is a ReadWriteMany claim or a network file system; not a container's own "
                                       "filesystem, an emptyDir, a hostPath or a ReadWriteOnce claim",
          rule_checkpoint_storage_shared),
+    Rule("workload-namespaced-only", "a workload app (any folder of apps/<env>/ but platform) renders no RBAC and "
+                                     "nothing cluster-scoped: only the platform project may",
+         rule_workload_namespaced_only),
 )}
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from generator import argocd, environments
+from generator import argocd, environments, scopes
 from tests.support import REPO, run_generator
 
 MANAGED = REPO / "argocd" / "managed"
@@ -18,35 +18,60 @@ def load(path):
     return yaml.safe_load(path.read_text())
 
 
-def kinds_in(env):
-    return argocd.rendered_kinds(REPO / "apps" / env)
+def kinds_in(env, **which):
+    return argocd.rendered_kinds(REPO / "apps" / env, **which)
+
+
+def allowed(project):
+    return {(k["group"], k["kind"]) for k in project["clusterResourceWhitelist"] + project["namespaceResourceWhitelist"]}
+
+
+PLATFORM = {"platform"}
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_project_allows_every_rendered_kind(env):
-    project = load(MANAGED / f"appproject-{env}.yaml")["spec"]
-    allowed = {(k["group"], k["kind"]) for k in project["clusterResourceWhitelist"] + project["namespaceResourceWhitelist"]}
-    missing = kinds_in(env) - allowed
-    assert not missing, f"apps/{env} renders kinds its project does not allow: {missing}"
-
-
-@pytest.mark.parametrize("env", ENVS)
-def test_project_allows_nothing_unrendered_but_the_operators_needs(env):
-    project = load(MANAGED / f"appproject-{env}.yaml")["spec"]
-    allowed = {(k["group"], k["kind"]) for k in project["clusterResourceWhitelist"] + project["namespaceResourceWhitelist"]}
+def test_each_project_allows_exactly_what_its_apps_render(env):
+    """The platform project: what apps/<env>/platform renders plus what the operators' manifests need; the workload
+    project: what the other folders render, nothing more."""
+    platform = load(MANAGED / f"appproject-{env}-platform.yaml")["spec"]
     operators = set(argocd.OPERATOR_CLUSTER_KINDS) | set(argocd.OPERATOR_NAMESPACED_KINDS)
-    assert allowed - kinds_in(env) - operators == set()
-    cluster_scoped = {(k["group"], k["kind"]) for k in project["clusterResourceWhitelist"]}
-    assert all(kind in argocd.CLUSTER_SCOPED for _, kind in cluster_scoped)
+    assert allowed(platform) == kinds_in(env, apps=PLATFORM) | operators
+    workload = load(MANAGED / f"appproject-{env}.yaml")["spec"]
+    assert allowed(workload) == kinds_in(env, skip=PLATFORM)
+    assert {(k["group"], k["kind"]) for k in platform["clusterResourceWhitelist"]} == {
+        (g, k) for g, k in allowed(platform) if scopes.is_cluster_scoped(k)}
 
 
 @pytest.mark.parametrize("env", ENVS)
-def test_project_destinations_are_the_environments_cluster_only(env):
+def test_the_workload_project_is_one_namespace_of_this_repository_with_no_rbac_or_cluster_kinds(env):
+    """Git write on apps/<env>/<job>/ must not be cluster-admin: the project the ApplicationSet's Applications belong
+    to allows no cluster-scoped kind (an empty whitelist), blacklists Role and RoleBinding, has this repository as
+    its only source and the environment's namespace as its only destination."""
     doc = environments.load(REPO, env).doc
     project = load(MANAGED / f"appproject-{env}.yaml")["spec"]
+    assert project["clusterResourceWhitelist"] == []
+    assert project["namespaceResourceBlacklist"] == [
+        {"group": "rbac.authorization.k8s.io", "kind": "Role"},
+        {"group": "rbac.authorization.k8s.io", "kind": "RoleBinding"}]
+    assert not [k for k in project["namespaceResourceWhitelist"]
+                if k["group"] == "rbac.authorization.k8s.io" or scopes.is_cluster_scoped(k["kind"])]
+    assert project["sourceRepos"] == [doc["gitops"]["repoURL"]]
+    assert project["destinations"] == [{"server": doc["target"]["server"], "namespace": doc["target"]["namespace"]}]
+    assert "*" not in json.dumps(project)
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_the_platform_project_serves_the_operators_and_the_platform_app(env):
+    doc = environments.load(REPO, env).doc
+    project = load(MANAGED / f"appproject-{env}-platform.yaml")["spec"]
     assert {d["server"] for d in project["destinations"]} == {doc["target"]["server"]}
     assert {d["namespace"] for d in project["destinations"]} == {doc["target"]["namespace"], "kuberay-system", "kubeflow"}
+    assert doc["gitops"]["repoURL"] in project["sourceRepos"]
     assert "*" not in json.dumps(project)
+    held = [load(p) for p in MANAGED.glob(f"application-{env}-*.yaml")]
+    assert {a["spec"]["project"] for a in held} == {f"{env}-platform"}
+    appset = load(MANAGED / f"applicationset-{env}.yaml")
+    assert appset["spec"]["template"]["spec"]["project"] == env
 
 
 def cluster_secrets():
@@ -86,8 +111,10 @@ def generate(appset):
     selector = cluster_gen["clusters"]["selector"]["matchLabels"]
     clusters = [c for c in cluster_secrets() if all(c["metadata"]["labels"].get(k) == v for k, v in selector.items())]
     if "git" in other:
-        (pattern,) = [d["path"] for d in other["git"]["directories"]]
-        dirs = sorted(p for p in REPO.glob(pattern) if p.is_dir())
+        directories = other["git"]["directories"]
+        excluded = {p for d in directories if d.get("exclude") for p in REPO.glob(d["path"])}
+        dirs = sorted(p for d in directories if not d.get("exclude") for p in REPO.glob(d["path"])
+                      if p.is_dir() and p not in excluded)
         rows = [{"path": {"path": str(d.relative_to(REPO)), "basename": d.name}} for d in dirs]
     else:
         rows = other["list"]["elements"]
@@ -100,8 +127,8 @@ def test_one_application_per_app_directory(env):
     appset = load(MANAGED / f"applicationset-{env}.yaml")
     apps = [gotemplate(appset["spec"]["template"], p) for p in generate(appset)]
     names = sorted(a["metadata"]["name"] for a in apps)
-    expected = sorted(f"{env}-{d.name}" for d in (REPO / "apps" / env).iterdir() if d.is_dir())
-    assert names == expected and len(names) >= 3
+    expected = sorted(f"{env}-{d.name}" for d in (REPO / "apps" / env).iterdir() if d.is_dir() and d.name != "platform")
+    assert names == expected and len(names) >= 2
     for app in apps:
         spec = app["spec"]
         assert spec["project"] == env
@@ -110,6 +137,10 @@ def test_one_application_per_app_directory(env):
         assert spec["destination"] == {"server": doc["target"]["server"], "namespace": doc["target"]["namespace"]}
         policy = spec["syncPolicy"]
         assert {"SkipDryRunOnMissingResource=true", "ServerSideApply=true"} <= set(policy["syncOptions"])
+        # the namespace is the platform app's (labels, quota): a workload app must not create it first
+        assert "CreateNamespace=true" not in policy["syncOptions"]
+        # a retry syncs the newest revision: a fix pushed while a bad commit's sync retries lands at the next retry
+        assert policy["retry"]["refresh"] is True
         # RespectIgnoreDifferences would merge the live workerGroupSpecs (an atomic list) into what is applied
         assert "RespectIgnoreDifferences=true" not in policy["syncOptions"]
         # server-side diff: structured-merge diff misses CRD defaults inside atomic lists (perpetual OutOfSync)
@@ -131,7 +162,8 @@ def test_operators_are_pinned_applications_the_root_orders_before_the_apps(env):
     """CRDs -> operators -> workloads, as waves of the root Application (which holds the operator Applications
     and, through the Application health check in argocd-cm, waits for them to be Healthy)."""
     apps = {load(p)["metadata"]["name"]: load(p) for p in MANAGED.glob(f"application-{env}-*.yaml")}
-    assert set(apps) == {f"{env}-kuberay-crds", f"{env}-kuberay-operator", f"{env}-training-operator"}
+    assert set(apps) == {f"{env}-kuberay-crds", f"{env}-kuberay-operator", f"{env}-training-operator",
+                         f"{env}-platform"}
     src = {name[len(env) + 1:]: app["spec"]["source"] for name, app in apps.items()}
     assert src["kuberay-operator"]["targetRevision"] == "1.7.0" and src["kuberay-operator"]["chart"] == "kuberay-operator"
     assert src["kuberay-operator"]["helm"] == {"skipCrds": True}
@@ -145,9 +177,27 @@ def test_operators_are_pinned_applications_the_root_orders_before_the_apps(env):
         assert app["spec"]["destination"]["server"] == doc["target"]["server"]
         assert "finalizers" not in app["metadata"], "removing an operator Application must not delete the operator"
         assert "ServerSideApply=true" in app["spec"]["syncPolicy"]["syncOptions"]
-    assert (wave(load(MANAGED / f"appproject-{env}.yaml")) < wave(apps[f"{env}-kuberay-crds"])
-            < wave(apps[f"{env}-kuberay-operator"]) <= wave(apps[f"{env}-training-operator"])
+        operator = app["metadata"]["name"] != f"{env}-platform"
+        assert ("CreateNamespace=true" in app["spec"]["syncPolicy"]["syncOptions"]) == operator
+    assert (wave(load(MANAGED / f"appproject-{env}-platform.yaml")) == wave(load(MANAGED / f"appproject-{env}.yaml"))
+            < wave(apps[f"{env}-kuberay-crds"]) < wave(apps[f"{env}-kuberay-operator"])
+            <= wave(apps[f"{env}-training-operator"]) < wave(apps[f"{env}-platform"])
             < wave(load(MANAGED / f"applicationset-{env}.yaml")))
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_the_platform_app_is_held_by_the_root_and_not_generated(env):
+    """apps/<env>/platform lands before any workload (its namespace's Pod Security labels and quota exist before a
+    pod): the root holds it at a wave before the ApplicationSet, which leaves the folder out."""
+    app = load(MANAGED / f"application-{env}-platform.yaml")
+    doc = environments.load(REPO, env).doc
+    assert app["spec"]["source"] == {"repoURL": doc["gitops"]["repoURL"], "targetRevision":
+                                     doc["gitops"]["targetRevision"], "path": f"apps/{env}/platform"}
+    assert app["spec"]["destination"] == {"server": doc["target"]["server"], "namespace": doc["target"]["namespace"]}
+    appset = load(MANAGED / f"applicationset-{env}.yaml")
+    (matrix,) = appset["spec"]["generators"]
+    git = matrix["matrix"]["generators"][1]["git"]
+    assert {"path": f"apps/{env}/platform", "exclude": True} in git["directories"]
     cm = load(MANAGED / "configmap-argocd-cm.yaml")
     assert "resource.customizations.health.argoproj.io_Application" in cm["data"], "waves on Applications need it"
 
@@ -183,7 +233,8 @@ def test_a_new_environment_file_yields_its_project_and_applications(repo_copy):
     proc = run_generator(repo_copy, "render")
     assert proc.returncode == 0, proc.stderr
     managed = repo_copy / "argocd" / "managed"
-    for name in ("appproject-staging.yaml", "applicationset-staging.yaml", "application-staging-kuberay-crds.yaml",
+    for name in ("appproject-staging.yaml", "appproject-staging-platform.yaml", "applicationset-staging.yaml",
+                 "application-staging-platform.yaml", "application-staging-kuberay-crds.yaml",
                  "application-staging-kuberay-operator.yaml", "application-staging-training-operator.yaml",
                  "secret-cluster-staging.yaml"):
         assert (managed / name).exists(), name

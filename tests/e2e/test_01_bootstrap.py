@@ -83,10 +83,10 @@ def test_every_app_synced_and_healthy(e2e, bootstrapped, env):
 
 
 @pytest.mark.parametrize("env", nodes.environments())
-def test_workloads_come_after_their_operators_are_healthy(e2e, bootstrapped, env):
-    """The root's sync waves order CRDs -> operators -> workloads for real: the environment's ApplicationSet (the
-    workloads) is created only once the CRD and operator Applications are Healthy."""
-    operators = [f"{env}-kuberay-crds", f"{env}-kuberay-operator", f"{env}-training-operator"]
+def test_workloads_come_after_their_operators_and_platform_are_healthy(e2e, bootstrapped, env):
+    """The root's sync waves order CRDs -> operators -> platform -> workloads for real: the environment's
+    ApplicationSet (the workloads) is created only once the CRD, operator and platform Applications are Healthy."""
+    operators = [f"{env}-kuberay-crds", f"{env}-kuberay-operator", f"{env}-training-operator", f"{env}-platform"]
 
     def check():
         missing = [n for n in operators if not bootstrapped.first_healthy.get(n)]
@@ -123,3 +123,30 @@ def test_make_bootstrap_follows_the_environment_until_settled_and_names_the_dash
         assert dashboard.endswith(f":{service['nodePorts']['dashboard']}"), dashboard
     else:
         assert f"port-forward svc/{cluster}-head-svc 8265:8265" in dashboard, dashboard
+
+
+@pytest.mark.parametrize("env", nodes.environments())
+def test_the_namespace_is_the_platform_apps_and_was_labelled_before_the_first_pod(e2e, bootstrapped, env):
+    """No workload app may create the environment's namespace (no CreateNamespace): the platform app does, with its
+    Pod Security labels in the same apply, and its quota, before any pod exists (a pod admitted into an unlabelled
+    namespace is never checked again). Read from the API server: the namespace's tracking id names the platform
+    app, and the enforce label's managedFields time and the quota's creation are before the first pod."""
+    import json
+
+    e2e.wait_synced_healthy(env, BOOTSTRAP_TIMEOUT, names={f"{env}-platform"})
+    namespace = e2e.namespace(env)
+    ns = e2e.core(env).read_namespace(namespace)
+    tracking = (ns.metadata.annotations or {}).get("argocd.argoproj.io/tracking-id", "")
+    assert tracking.startswith(f"{env}-platform:"), f"namespace {namespace} tracked as {tracking!r}"
+    labels = ns.metadata.labels or {}
+    assert labels.get("pod-security.kubernetes.io/enforce") == "restricted", labels
+    label_set = min(entry.time for entry in ns.metadata.managed_fields or []
+                    if "f:pod-security.kubernetes.io/enforce" in json.dumps(entry.fields_v1 or {}))
+    pods = e2e.pods(env)
+    assert pods, f"no pod in {namespace} yet"
+    first_pod = min(p.metadata.creation_timestamp for p in pods)
+    assert label_set <= first_pod, f"enforce label set at {label_set}, after the first pod ({first_pod})"
+    quotas = e2e.core(env).list_namespaced_resource_quota(namespace).items
+    assert quotas, f"no ResourceQuota in {namespace}"
+    assert all(q.metadata.creation_timestamp <= first_pod for q in quotas), (
+        [(q.metadata.name, q.metadata.creation_timestamp) for q in quotas], first_pod)

@@ -166,3 +166,34 @@ def test_an_operator_namespace_kuberay_is_not_installed_in_is_located(repo_copy)
     assert f"environments/minikube.yaml:{line}: cluster.networkPolicy.operatorNamespace: 'ray-system' is not the " \
            "namespace" in err, err
     assert "'kuberay-system'" in err and err.count("is not the namespace") == 1, err
+
+
+CLUSTER_ADMIN_BINDING = """
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {{ .Release.Name }}-admin
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: ServiceAccount, name: default, namespace: {{ .Release.Namespace }}}]
+"""
+
+
+def test_a_workload_chart_rendering_rbac_is_refused_naming_app_and_chart(repo_copy):
+    """Git write on a job's folder is not cluster-admin: the render refuses RBAC (and anything cluster-scoped) in
+    any app but platform, before Argo CD's workload project would refuse it at sync."""
+    template = repo_copy / "charts" / "ray-job" / "templates" / "take-over.yaml"
+    template.write_text(CLUSTER_ADMIN_BINDING)
+    err = render_fails(repo_copy, "--env", "minikube")
+    assert re.search(r"app minikube/job-digits-torch \(charts/ray-job\) renders ClusterRoleBinding "
+                     r"\S+-admin: rbac.authorization.k8s.io:ClusterRoleBinding is RBAC", err), err
+    assert "charts/platform" in err and "Traceback" not in err
+
+
+def test_the_platform_chart_may_render_cluster_scoped_kinds(repo_copy):
+    template = repo_copy / "charts" / "platform" / "templates" / "priorityclass-test.yaml"
+    template.write_text("apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata:\n  name: ray-gitops-test\n"
+                        "value: 1000\n")
+    proc = run_generator(repo_copy, "render", "--env", "minikube")
+    assert proc.returncode == 0, proc.stderr
+    assert (repo_copy / "apps" / "minikube" / "platform" / "priorityclass-ray-gitops-test.yaml").is_file()

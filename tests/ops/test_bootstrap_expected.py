@@ -64,3 +64,54 @@ def test_times_out_naming_what_argo_cd_never_created(monkeypatch):
     with pytest.raises(OpsError) as err:
         bootstrap.wait_settled(None, Target(), timeout=0, poll=0, expected={"m-crds", "m-cluster"})
     assert "has not created m-cluster" in str(err.value)
+
+
+class StorageApi:
+    """kubernetes.client.StorageV1Api answering read_csi_driver with one CSIDriver (or 404)."""
+
+    def __init__(self, policy):
+        self.policy = policy
+
+    def __call__(self, api_client):
+        return self
+
+    def read_csi_driver(self, name):
+        from kubernetes import client
+        if self.policy is None:
+            raise client.ApiException(status=404, reason="Not Found")
+        return client.V1CSIDriver(metadata=client.V1ObjectMeta(name=name),
+                                  spec=client.V1CSIDriverSpec(fs_group_policy=self.policy or None))
+
+
+class Clients:
+    def api(self, context):
+        return None
+
+
+class FsxTarget:
+    env, context = "eks", "eks-training"
+
+
+def storage_problems(monkeypatch, policy, env="eks"):
+    from kubernetes import client
+    monkeypatch.setattr(client, "StorageV1Api", StorageApi(policy))
+    target = FsxTarget()
+    target.env = env
+    return bootstrap.checkpoint_storage_problems(Clients(), target, REPO)
+
+
+def test_fsx_checkpoints_need_the_driver_with_fs_group_policy_file(monkeypatch):
+    assert bootstrap.fsx_provisioned(REPO / "apps" / "eks") == ["fsx-sc"]
+    assert storage_problems(monkeypatch, "File") == []
+    [missing] = storage_problems(monkeypatch, None)
+    assert "no CSIDriver fsx.csi.aws.com on context eks-training" in missing and "fsx-sc" in missing
+    assert "csidriver.fsGroupPolicy=File" in missing
+    for policy in ("ReadWriteOnceWithFSType", ""):  # "" = unset: the API server's default
+        [wrong] = storage_problems(monkeypatch, policy)
+        assert "has fsGroupPolicy ReadWriteOnceWithFSType" in wrong and "uid 1000 cannot write" in wrong
+        assert "csidriver.fsGroupPolicy=File" in wrong
+
+
+def test_an_environment_without_fsx_checks_no_driver(monkeypatch):
+    assert bootstrap.fsx_provisioned(REPO / "apps" / "minikube") == []
+    assert storage_problems(monkeypatch, None, env="minikube") == []

@@ -42,7 +42,7 @@ def test_manifests_missing_schemas_exit_2(tmp_path, capsys, monkeypatch):
 
 def test_policy_flags(capsys):
     assert main(["policy", "--apps-dir", str(GOOD), "--env", "good", "--gpu-nodes", "--efa-nodes"]) == 0
-    assert capsys.readouterr().out.strip() == "good: policies OK (11 rules checked)"
+    assert capsys.readouterr().out.strip() == "good: policies OK (12 rules checked)"
     assert main(["policy", "--apps-dir", str(GOOD), "--env", "cpu", "--no-gpu-nodes"]) == 1
     out = capsys.readouterr().out
     assert out.startswith("gpu-only-on-gpu-env: ") and "cpu: 3 policy violation(s)" in out
@@ -76,7 +76,7 @@ def test_module_entry_point(crds):
     assert [line.split(":")[0] for line in proc.stdout.splitlines()] == [
         "resources-required", "image-pinned", "no-plaintext-secrets", "gpu-only-on-gpu-env", "efa-complete", "efa-image",
         "efa-only-on-efa-env", "dashboard-not-exposed", "readonly-root-scratch", "network-policy",
-        "checkpoint-storage-shared"]
+        "checkpoint-storage-shared", "workload-namespaced-only"]
 
 
 def test_facts_from_a_repository_environment_are_the_composed_ones(capsys):

@@ -380,3 +380,17 @@ def test_checkpoint_storage_shared_on_the_environments(repo_copy):
     cluster_line = next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.startswith("cluster:"))
     assert [(v.file.rsplit("/", 2)[-2], v.where) for v in violations] == [("job-digits-torch", "spec.entrypoint")]
     assert violations[0].message.endswith(f"(input: environments/minikube.yaml:{cluster_line}: cluster.checkpoints)")
+
+
+def test_workload_namespaced_only():
+    """RBAC and cluster-scoped kinds in a workload app's folder are refused; the platform folder may hold them."""
+    violations = check_policies(POLICY / "workload-namespaced-only", CPU_ENV)
+    assert _found(violations) == [
+        ("workload-namespaced-only", "clusterrolebinding-take-over.yaml", "kind"),
+        ("workload-namespaced-only", "namespace-other.yaml", "kind"),
+        ("workload-namespaced-only", "rolebinding-edit.yaml", "kind"),
+    ]
+    by_file = {v.file.rsplit("/", 1)[-1]: v.message for v in violations}
+    assert "rbac.authorization.k8s.io:ClusterRoleBinding is RBAC" in by_file["clusterrolebinding-take-over.yaml"]
+    assert "core:Namespace is cluster-scoped" in by_file["namespace-other.yaml"]
+    assert all("charts/platform" in message for message in by_file.values())
