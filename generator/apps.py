@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import charts, schema_check
+from . import access, charts, schema_check
 from .environments import Environment
 from .errors import RenderError, RenderErrors, ValueFault
 from .layers import Layer, merge
@@ -61,9 +61,12 @@ def compose(root: Path, env: Environment) -> list[App]:
 
     platform = layer.get("platform", default={}) or {}
     if platform.get("enabled", True):
+        values = layer.sub("platform", "values") if "values" in platform else Layer({}, {})
+        readers = access.platform_values(env)
+        if readers:  # the groups of environments' `access`: the namespace's RoleBindings (charts/platform)
+            values = merge(Layer({"access": readers}, {}), values)
         add(PLATFORM_APP, "platform", platform.get("chart", "platform"),
-            ("platform", "chart") if "chart" in platform else None,
-            layer.sub("platform", "values") if "values" in platform else Layer({}, {}))
+            ("platform", "chart") if "chart" in platform else None, values)
 
     rc = layer.get("rayCluster", default={}) or {}
     if rc.get("enabled", True):

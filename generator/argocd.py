@@ -8,6 +8,8 @@
                                                  argoproj.io Applications (Lua, from
                                                  health-checks/<group>/<Kind>/health.lua: hand-written
                                                  input, with its tests, in Argo CD's own layout)
+    configmap-argocd-rbac-cm.yaml          (-30) who may do what in Argo CD, and argocd-cm's single sign-on keys
+                                                 (generator/access.py, from the environments' `access`)
     configmap-argocd-notifications-cm.yaml (-30) notifications: triggers, templates, a service per environment
                                                  with gitops.notifications (generator/notifications.py)
     appproject-<env>-platform.yaml         (-20) the platform project: the operators (the pinned upstream repos) and
@@ -36,7 +38,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import manifests, notifications, scopes, versions
+from . import access, manifests, notifications, scopes, versions
 from .environments import Environment
 from .errors import RenderError
 
@@ -138,8 +140,9 @@ def health_script(lua: Path) -> str:
     return prelude.read_text() + "\n" + lua.read_text()
 
 
-def health_configmap(root: Path) -> dict:
-    data = {}
+def health_configmap(root: Path, envs: list[Environment] = ()) -> dict:
+    """argocd-cm: the health checks, and the single sign-on settings of generator/access.py."""
+    data = access.argocd_cm_data(list(envs))
     for lua in sorted((root / HEALTH_CHECKS).glob("*/*/health.lua")):
         group, kind = lua.parent.parent.name, lua.parent.name
         data[f"resource.customizations.health.{group}_{kind}"] = health_script(lua)
@@ -147,6 +150,12 @@ def health_configmap(root: Path) -> dict:
             "metadata": {**_meta("argocd-cm", wave=-30),
                          "labels": {"app.kubernetes.io/name": "argocd-cm", "app.kubernetes.io/part-of": "argocd"}},
             "data": data}
+
+
+def rbac_configmap(envs: list[Environment]) -> dict:
+    name = access.RBAC_CONFIGMAP
+    return access.rbac_configmap(envs, {**_meta(name, wave=-30), "labels": {"app.kubernetes.io/name": name,
+                                                                            "app.kubernetes.io/part-of": "argocd"}})
 
 
 def notifications_configmap(envs: list[Environment]) -> dict:
@@ -424,7 +433,8 @@ def render(root: Path, envs: list[Environment], apps_dir: Path) -> dict:
     ops = gitops(envs)
     repo_url, revision = ops.get("repoURL", ""), ops.get("targetRevision", "main")
     files = {"root.yaml": manifests.dump(root_application(repo_url, revision), HEADER),
-             "managed/configmap-argocd-cm.yaml": manifests.dump(health_configmap(root), HEADER),
+             "managed/configmap-argocd-cm.yaml": manifests.dump(health_configmap(root, envs), HEADER),
+             "managed/configmap-argocd-rbac-cm.yaml": manifests.dump(rbac_configmap(envs), HEADER),
              "managed/configmap-argocd-notifications-cm.yaml": manifests.dump(notifications_configmap(envs), HEADER)}
     for env in envs:
         platform = {scopes.PLATFORM_APP}

@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from . import apps as apps_mod
-from . import argocd, chart_docs, charts, environments, render
+from . import access, argocd, chart_docs, charts, environments, render
 from .errors import RenderError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +74,9 @@ def cmd_check_rendered(args) -> int:
         if not args.env:
             diff += _text_diff(argocd.generated_files(fresh / "argocd"), argocd.generated_files(root / "argocd"),
                                "argocd/")
+            owners = {access.CODEOWNERS: p.read_text() for p in [fresh / access.CODEOWNERS] if p.is_file()}
+            committed = {access.CODEOWNERS: p.read_text() for p in [root / access.CODEOWNERS] if p.is_file()}
+            diff += _text_diff(owners, committed, "")
             if (root / render.APPS_DIR).is_dir():
                 extra = [p.name for p in (root / render.APPS_DIR).iterdir() if p.is_dir() and p.name not in envs]
     for path in stale_schemas:
@@ -86,7 +89,7 @@ def cmd_check_rendered(args) -> int:
               "and commit.")
     if diff or stale_schemas or extra:
         return 1
-    print(f"apps/ and argocd/ are up to date ({', '.join(envs)})" if not args.env else
+    print(f"apps/, argocd/ and .github/CODEOWNERS are up to date ({', '.join(envs)})" if not args.env else
           f"apps/{args.env}/ is up to date")
     return 0
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import apps as apps_mod
-from . import argocd, environments, helm, manifests, scopes
+from . import access, argocd, environments, helm, manifests, scopes
 from .errors import RenderError, RenderErrors
 
 APPS_DIR = "apps"
@@ -143,6 +143,7 @@ def render(root: Path, env_names: list[str] | None = None, out: Path | None = No
     try:
         write_tree(tree, staging / APPS_DIR)
         argocd_files = argocd.render(root, envs, staging / APPS_DIR) if full else None
+        owners = access.codeowners(envs) if full else None
         if argocd_files is not None:
             write_files(argocd_files, staging / ARGOCD_DIR)
         if out is not None:
@@ -151,13 +152,26 @@ def render(root: Path, env_names: list[str] | None = None, out: Path | None = No
                 if (staging / name).exists():
                     shutil.rmtree(out / name, ignore_errors=True)
                     os.rename(staging / name, out / name)
+            if owners is not None:
+                write_files({access.CODEOWNERS: owners}, out)
         else:
             stale = _stale_env_dirs(root / APPS_DIR, all_envs) if full else []
             _swap_in(root, staging, list(tree), stale, argocd_files is not None)
+            if owners is not None:
+                _replace_file(root / access.CODEOWNERS, owners)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     stats.wall_seconds = time.perf_counter() - start
     return stats
+
+
+def _replace_file(path: Path, text: str) -> None:
+    if path.is_file() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def _stale_env_dirs(apps_dir: Path, env_names) -> list[str]:

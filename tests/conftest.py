@@ -26,7 +26,7 @@ def repo_copy(tmp_path, helm_bin, monkeypatch) -> Path:
     """A throwaway copy of the repo's inputs and apps/ (charts keep their library symlinks)."""
     root = tmp_path / "repo"
     root.mkdir()
-    for name in ("environments", "charts", "apps", "argocd", "health-checks"):
+    for name in ("environments", "charts", "apps", "argocd", "health-checks", ".github"):
         if (REPO / name).exists():
             shutil.copytree(REPO / name, root / name, symlinks=True)
     monkeypatch.setenv("HELM", helm_bin)

@@ -5,7 +5,6 @@ a model of that engine (fast, and it drives the mutation tests); this is the eng
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 import yaml
@@ -16,16 +15,6 @@ from tests.support import REPO
 CHECKS = hl.discover_health_checks()
 CASES = [case for check in CHECKS for case in hl.load_cases(check)]
 ARGOCD_CM = REPO / "argocd" / "managed" / "configmap-argocd-cm.yaml"
-
-
-@pytest.fixture(scope="session")
-def argocd_cli():
-    from e2e import components
-    try:
-        paths = components.build(["argocd"], out=sys.stderr)
-    except components.BuildError as exc:
-        pytest.fail(f"cannot build Argo CD from its module (Go >= 1.26 and the module proxy are needed): {exc}")
-    return paths["argocd"]
 
 
 def assess(argocd: str, resource_path) -> tuple[str, str]:
@@ -52,5 +41,6 @@ def test_argocd_assesses_the_fixture_as_expected(argocd_cli, case):
 
 def test_the_argocd_cm_under_test_is_the_committed_one():
     """What Argo CD is given here is what the root Application delivers (the generated argocd-cm)."""
-    from generator import argocd
-    assert yaml.safe_load(ARGOCD_CM.read_text())["data"] == argocd.health_configmap(REPO)["data"]
+    from generator import argocd, environments
+    envs = [environments.load(REPO, name) for name in environments.names(REPO)]
+    assert yaml.safe_load(ARGOCD_CM.read_text())["data"] == argocd.health_configmap(REPO, envs)["data"]

@@ -297,7 +297,7 @@ def _crd_dir() -> Path:
     return shared if shared.is_dir() else hl.REPO_ROOT / ".cache" / "schemas"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _crd_schemas(directory: Path) -> dict[tuple[str, str, str], dict]:
     """{(group, version, kind): openAPIV3Schema} of every CRD under directory (parsed once per session)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
