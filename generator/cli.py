@@ -9,8 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import apps as apps_mod
 from . import access, argocd, chart_docs, charts, environments, render
+from . import apps as apps_mod
 from .errors import RenderError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,6 +55,10 @@ def _text_diff(expected: dict, actual: dict, prefix: str) -> list[str]:
     return out
 
 
+def _file(root: Path, rel: str) -> dict:
+    return {rel: (root / rel).read_text()} if (root / rel).is_file() else {}
+
+
 def _files(root: Path) -> dict:
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()} \
         if root.is_dir() else {}
@@ -74,9 +78,7 @@ def cmd_check_rendered(args) -> int:
         if not args.env:
             diff += _text_diff(argocd.generated_files(fresh / "argocd"), argocd.generated_files(root / "argocd"),
                                "argocd/")
-            owners = {access.CODEOWNERS: p.read_text() for p in [fresh / access.CODEOWNERS] if p.is_file()}
-            committed = {access.CODEOWNERS: p.read_text() for p in [root / access.CODEOWNERS] if p.is_file()}
-            diff += _text_diff(owners, committed, "")
+            diff += _text_diff(_file(fresh, access.CODEOWNERS), _file(root, access.CODEOWNERS), "")
             if (root / render.APPS_DIR).is_dir():
                 extra = [p.name for p in (root / render.APPS_DIR).iterdir() if p.is_dir() and p.name not in envs]
     for path in stale_schemas:

@@ -14,8 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import apps as apps_mod
 from . import access, argocd, environments, helm, manifests, scopes
+from . import apps as apps_mod
 from .errors import RenderError, RenderErrors
 
 APPS_DIR = "apps"
