@@ -36,6 +36,17 @@ def test_check_rendered_catches_a_hand_edit(repo_copy):
     assert "make render" in proc.stdout
 
 
+def test_codeowners_is_rendered_and_checked(repo_copy):
+    """.github/CODEOWNERS comes from the environments' access.reviewers: a hand edit is stale, a render restores it."""
+    owners = repo_copy / ".github" / "CODEOWNERS"
+    committed = owners.read_text()
+    owners.write_text(committed.replace("@example-org/ml-eks", "@example-org/someone-else"))
+    proc = run_generator(repo_copy, "check-rendered")
+    assert proc.returncode == 1 and ".github/CODEOWNERS (committed)" in proc.stdout, proc.stdout
+    assert run_generator(repo_copy, "render").returncode == 0
+    assert owners.read_text() == committed
+
+
 def test_check_rendered_passes_on_the_committed_tree(repo_copy):
     proc = run_generator(repo_copy, "check-rendered")
     assert proc.returncode == 0, proc.stdout + proc.stderr
