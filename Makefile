@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help up down setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image setup-image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose retry watch bench-cluster scan
+.PHONY: help up down setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image setup-image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose audit retry watch bench-cluster scan
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -108,6 +108,10 @@ logs: setup-base ## a job's output by pod (JOB=..., ENV=..., FOLLOW=1 to follow 
 diagnose: setup-base ## classify a failed or stuck job: evidence line and the value that fixes it (JOB=..., JSON=1)
 	$(NEED_JOB)
 	@$(OPS) diagnose $(ENV_FLAG) --job $(JOB) $(if $(JSON),--json)
+
+audit: setup-base ## who changed JOB and what it did: its commits, Argo CD's syncs (who, revision, when), its runs and pods (ENV=)
+	$(NEED_JOB)
+	@$(OPS) audit $(ENV_FLAG) --job $(JOB)
 
 retry: setup-base ## new run of JOB through git: bump its run counter, render, commit (PUSH=1 pushes; REASON=...)
 	$(NEED_JOB)

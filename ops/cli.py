@@ -68,6 +68,13 @@ def cmd_logs(args) -> int:
     return 0 if run.succeeded or not run.finished else EXIT_NOT_HEALTHY
 
 
+def cmd_audit(args) -> int:
+    from .audit import audit, render
+    tgt = target(_root(args), _one_env(args), args.kubeconfig)
+    print(render(audit(Clients(tgt.kubeconfig), tgt, _root(args), args.job)))
+    return 0
+
+
 def cmd_diagnose(args) -> int:
     from .diagnose import diagnose, render
     tgt = target(_root(args), _one_env(args), args.kubeconfig)
@@ -159,6 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float)
     p = add("diagnose", cmd_diagnose, "classify a failed or stuck job; evidence and the fix", job=True)
     p.add_argument("--json", action="store_true")
+    add("audit", cmd_audit, "who changed a job (commits), who synced it (Argo CD's history), what ran (runs, pods)",
+        job=True)
     p = add("retry", cmd_retry, "start a new run of a job through git (edit, render, commit)", job=True)
     p.add_argument("--reason", default="retry", help="why, for the commit message")
     p.add_argument("--push", action="store_true", help="push the commit (else: print what to push)")

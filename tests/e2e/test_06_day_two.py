@@ -155,6 +155,24 @@ def test_watch_auto_retries_a_retryable_failure_through_git_and_stops_on_success
     assert record.codes["diagnose after"] == 0 and "nothing to diagnose" in record.outputs["diagnose after"]
 
 
+def test_audit_joins_the_retries_commits_syncs_and_runs(e2e, scenarios):
+    """`make audit` on the job `make retry` and `make watch` retried: each retry commit (its author and subject), the
+    sync of its revision by Argo CD (who: here the automated sync), and the run that sync made, read from git, the
+    real Application's history and the cluster."""
+    record = scenarios["retried"]
+    proc = e2e.ops("audit", "--env", record.env, "--job", record.job)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    lines = out.splitlines()
+    retry = next((i for i, line in enumerate(lines) if f"retry {record.env}/{record.job} (run 2)" in line), None)
+    assert retry is not None and " commit " in lines[retry] and " by " in lines[retry], out
+    # Argo CD synced that revision, or a later one that carried it (another scenario pushed in between)
+    synced = next(i for i, line in enumerate(lines) if i > retry and "synced by automated sync" in line)
+    made = next(i for i, line in enumerate(lines) if f"run {record.runs[-1]} " in line)
+    assert made == synced + 1 or lines[made - 1].lstrip().startswith("run "), out  # under the sync that made it
+    assert any(f"retry {record.env}/{record.job} (run 1)" in line for line in lines), out
+
+
 def test_diagnose_names_a_stuck_pull_with_its_evidence_and_fix(e2e, scenarios):
     record = scenarios["stopped"]
     assert "diagnose stuck" in record.outputs, record.error

@@ -1,0 +1,159 @@
+"""make audit JOB=... [ENV=...]: who changed what, and what it did, joined by the revision.
+
+1. git: the commits that changed the job's rendered folder (apps/<env>/job-<job>/): author, time, subject.
+2. Argo CD: the Application's sync history (status.history: revision, when, initiated by a person or by the
+   automated sync) and the operation in progress or last finished (status.operationState).
+3. The cluster: the job's runs (RayJob / PyTorchJob <job>-<hash>) that exist now, when each was created, its state,
+   and its pods.
+
+Each Argo CD sync is printed under the commit of its revision, and each run under the sync that created it (the
+newest sync deployed before the run's creation). A sync whose revision did not touch the job's folder (another
+job's commit) is listed with the commit it synced. What the API servers' audit logs add (which identity created
+each object) is not read yet: see docs/access.md.
+"""
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from . import jobs as jobs_mod
+from .targets import EXIT_BAD_INPUT, Clients, OpsError, Target
+
+SEP = "\x1f"
+
+
+@dataclass
+class Commit:
+    sha: str
+    author: str
+    email: str
+    time: str
+    subject: str
+
+
+@dataclass
+class Sync:
+    revision: str
+    deployed_at: str
+    initiator: str          # a person's username, or "automated sync"
+    phase: str = "Succeeded"
+    commit: Commit | None = None
+    runs: list = field(default_factory=list)
+
+
+def commits(root: Path, paths: list[str], limit: int = 50) -> list[Commit]:
+    proc = subprocess.run(["git", "-C", str(root), "log", f"-{limit}",
+                           f"--format=%H{SEP}%an{SEP}%ae{SEP}%aI{SEP}%s", "--", *paths],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise OpsError(f"git log failed in {root}: {proc.stderr.strip()}", EXIT_BAD_INPUT)
+    return [Commit(*line.split(SEP, 4)) for line in proc.stdout.splitlines() if line.count(SEP) == 4]
+
+
+def commit_of(root: Path, revision: str) -> Commit | None:
+    proc = subprocess.run(["git", "-C", str(root), "show", "-s", f"--format=%H{SEP}%an{SEP}%ae{SEP}%aI{SEP}%s",
+                           revision], capture_output=True, text=True)
+    line = proc.stdout.strip()
+    return Commit(*line.split(SEP, 4)) if proc.returncode == 0 and line.count(SEP) == 4 else None
+
+
+def initiator(by: dict | None) -> str:
+    by = by or {}
+    if by.get("username"):
+        return by["username"]
+    return "automated sync" if by.get("automated") else "unknown"
+
+
+def syncs(app: dict) -> list[Sync]:
+    """The Application's deployments, oldest first: its history, and the current operation if it is not in the
+    history yet (running, failed)."""
+    status = app.get("status") or {}
+    out = [Sync(h.get("revision", ""), h.get("deployedAt", ""), initiator(h.get("initiatedBy")))
+           for h in status.get("history") or []]
+    op = status.get("operationState") or {}
+    revision = (op.get("syncResult") or {}).get("revision") or ((op.get("operation") or {}).get("sync") or {}).get(
+        "revision", "")
+    started = op.get("startedAt", "")
+    if op and not any(s.revision == revision and s.deployed_at >= started for s in out):
+        out.append(Sync(revision, op.get("finishedAt") or started,
+                        initiator((op.get("operation") or {}).get("initiatedBy")), op.get("phase", "")))
+    return sorted(out, key=lambda s: s.deployed_at)
+
+
+def _time(value: str) -> datetime | None:
+    return jobs_mod._time(value) if value else None
+
+
+def join(found: list[Sync], runs: list[jobs_mod.Run]) -> list:
+    """Each run under the sync that created it: a sync applies the run, then finishes (its deployedAt), so the owner
+    is the first sync deployed at or after the run's creation (the last one, for a run made later: a self-heal
+    after a person deleted it). Returns the runs no sync accounts for (no history)."""
+    timed = [s for s in found if _time(s.deployed_at)]
+    if not timed:
+        return list(runs)
+    for run in sorted(runs, key=lambda r: r.obj["metadata"]["creationTimestamp"]):
+        created = _time(run.obj["metadata"]["creationTimestamp"])
+        owner = next((s for s in timed if _time(s.deployed_at) >= created), timed[-1])
+        owner.runs.append(run)
+    return []
+
+
+def audit(clients: Clients, target: Target, root: Path, job: str) -> dict:
+    app_name = f"{target.env}-job-{job}"
+    folder = f"apps/{target.env}/job-{job}/"
+    custom = clients.custom(target.argocd_context)
+    try:
+        app = custom.get_namespaced_custom_object("argoproj.io", "v1alpha1", target.argocd_namespace,
+                                                  "applications", app_name)
+    except Exception as exc:  # noqa: BLE001 - a 404 is a user's mistake: say which jobs there are
+        if getattr(exc, "status", None) != 404:
+            raise
+        known = sorted(target.doc.get("jobs") or {})
+        raise OpsError(f"no Application {app_name} in Argo CD (namespace {target.argocd_namespace} on context "
+                       f"{target.argocd_context}); jobs of {target.env}: {', '.join(known) or 'none'}",
+                       EXIT_BAD_INPUT) from None
+    history = commits(root, [folder])
+    by_sha = {c.sha: c for c in history}
+    found = syncs(app)
+    for sync in found:
+        sync.commit = by_sha.get(sync.revision) or (commit_of(root, sync.revision) if sync.revision else None)
+    runs = [jobs_mod.Run(target.env, job, kind, obj["metadata"]["name"], obj)
+            for kind, obj in jobs_mod.runs(clients.custom(target.context), target.namespace)
+            if jobs_mod.job_of(obj["metadata"]["name"]) == job]
+    core = clients.core(target.context)
+    for run in runs:
+        run.pods = jobs_mod.pods_of(core, target.namespace, run)
+    unattributed = join(found, runs)
+    return {"env": target.env, "job": job, "application": app_name, "commits": history, "syncs": found,
+            "unattributed": unattributed}
+
+
+def render(result: dict) -> str:
+    lines = [f"{result['application']}: who changed job {result['job']} of {result['env']}, and what it did"]
+    synced = {s.revision for s in result["syncs"]}
+    for commit in reversed(result["commits"]):
+        mark = "" if commit.sha in synced else "   (not synced by Argo CD: not on the branch it follows, or superseded)"
+        lines.append(f"{commit.time}  commit {commit.sha[:10]} by {commit.author} <{commit.email}>: "
+                     f"{commit.subject}{mark}")
+        for sync in [s for s in result["syncs"] if s.revision == commit.sha]:
+            lines += _sync_lines(sync)
+    for sync in [s for s in result["syncs"] if not (s.commit and s.commit.sha in {c.sha for c in result["commits"]})]:
+        what = (f"commit {sync.commit.sha[:10]} by {sync.commit.author}: {sync.commit.subject} (another change)"
+                if sync.commit else f"revision {sync.revision[:10] or '?'} (not in this clone: git fetch)")
+        lines.append(f"{sync.deployed_at}  {what}")
+        lines += _sync_lines(sync)
+    for run in result["unattributed"]:
+        lines.append(f"  run {run.name} ({run.kind}) created {run.obj['metadata']['creationTimestamp']} before "
+                     f"every recorded sync: {run.state}")
+    return "\n".join(lines)
+
+
+def _sync_lines(sync: Sync) -> list[str]:
+    out = [f"    synced by {sync.initiator} at {sync.deployed_at} (revision {sync.revision[:10]}, {sync.phase})"]
+    for run in sync.runs:
+        pods = ", ".join(f"{role} {p.metadata.name}" for role, group in run.pods.items() for p in group)
+        out.append(f"      run {run.name} ({run.kind}) created {run.obj['metadata']['creationTimestamp']}: "
+                   f"{run.state}{'; pods: ' + pods if pods else ''}")
+    return out

@@ -1,0 +1,135 @@
+"""make audit: the job's commits (git), Argo CD's syncs of them (who, when, which revision) and the runs each sync
+made, joined by revision and time; against a real git repository and the Application / run / pod objects as the
+API servers return them (the e2e's day-two scenario runs it against the real Argo CD)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from ops import audit
+from ops.targets import OpsError, Target
+from tests.ops.support import git
+
+
+def pod(name, role_labels):
+    return SimpleNamespace(metadata=SimpleNamespace(name=name, labels=role_labels, creation_timestamp="t"))
+
+
+class Custom:
+    def __init__(self, app, runs):
+        self.app, self.run_objs = app, runs
+
+    def get_namespaced_custom_object(self, group, version, namespace, plural, name):
+        if self.app is None or name != self.app["metadata"]["name"]:
+            raise _NotFound()
+        return self.app
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural):
+        return {"items": [o for o in self.run_objs if plural == "rayjobs"]}
+
+
+class _NotFound(Exception):
+    status = 404
+
+
+class Core:
+    def list_namespaced_pod(self, namespace, label_selector):
+        if label_selector.startswith("batch.kubernetes.io/job-name="):
+            return SimpleNamespace(items=[pod(f"{label_selector.split('=')[1]}-submit", {})])
+        return SimpleNamespace(items=[pod("c-head", {"ray.io/node-type": "head"})])
+
+
+class Clients:
+    def __init__(self, app, runs):
+        self._custom, self._core = Custom(app, runs), Core()
+
+    def custom(self, context):
+        return self._custom
+
+    def core(self, context):
+        return self._core
+
+
+def rayjob(name, created, state="Complete", cluster="c"):
+    return {"metadata": {"name": name, "creationTimestamp": created},
+            "status": {"jobDeploymentStatus": state, "jobStatus": "SUCCEEDED", "rayClusterName": cluster}}
+
+
+@pytest.fixture
+def history(git_repo):
+    """Two changes of minikube's digits-torch job by two people, and one of another job in between."""
+    folder = git_repo / "apps" / "minikube" / "job-digits-torch"
+    (folder / "note.yaml").write_text("a: 1\n")
+    git(git_repo, "add", "-A")
+    git(git_repo, "-c", "user.name=Alice", "-c", "user.email=alice@example.org", "commit", "-q", "-m",
+        "digits-torch: lr 0.001")
+    first = git(git_repo, "rev-parse", "HEAD").strip()
+    (git_repo / "apps" / "minikube" / "ray-cluster" / "note.yaml").write_text("b: 1\n")
+    git(git_repo, "add", "-A")
+    git(git_repo, "-c", "user.name=Carol", "-c", "user.email=carol@example.org", "commit", "-q", "-m",
+        "ray-cluster: a note")
+    (folder / "note.yaml").write_text("a: 2\n")
+    git(git_repo, "add", "-A")
+    git(git_repo, "-c", "user.name=Bob", "-c", "user.email=bob@example.org", "commit", "-q", "-m",
+        "retry digits-torch (nccl timeout)")
+    second = git(git_repo, "rev-parse", "HEAD").strip()
+    return git_repo, first, second
+
+
+def target():
+    return Target(env="minikube", context="minikube", namespace="ray-training", argocd_context="minikube",
+                  argocd_namespace="argocd", kubeconfig=None, doc={"jobs": {"digits-torch": {}}})
+
+
+def app(first, second):
+    return {"metadata": {"name": "minikube-job-digits-torch"}, "status": {
+        "history": [
+            {"revision": first, "deployedAt": "2026-11-25T10:00:05Z", "initiatedBy": {"automated": True}, "id": 0},
+            {"revision": second, "deployedAt": "2026-11-25T11:00:04Z", "initiatedBy": {"username": "bob"},
+             "id": 1}],
+        "operationState": {"phase": "Succeeded", "startedAt": "2026-11-25T11:00:01Z",
+                           "finishedAt": "2026-11-25T11:00:04Z", "syncResult": {"revision": second},
+                           "operation": {"initiatedBy": {"username": "bob"}}}}}
+
+
+def test_each_run_is_shown_under_the_sync_and_commit_that_made_it(history):
+    root, first, second = history
+    runs = [rayjob("digits-torch-aaaaaaaa", "2026-11-25T10:00:03Z"),
+            rayjob("digits-torch-bbbbbbbb", "2026-11-25T11:00:02Z", state="Running"),
+            rayjob("other-cccccccc", "2026-11-25T11:00:02Z")]
+    result = audit.audit(Clients(app(first, second), runs), target(), root, "digits-torch")
+    assert [c.author for c in result["commits"]][:2] == ["Bob", "Alice"]  # newest first; Carol's is not the job's
+    by_revision = {s.revision: s for s in result["syncs"]}
+    assert len(result["syncs"]) == 2, "the finished operation is the history's last entry, not a third sync"
+    assert [r.name for r in by_revision[first].runs] == ["digits-torch-aaaaaaaa"]
+    assert [r.name for r in by_revision[second].runs] == ["digits-torch-bbbbbbbb"]
+    assert by_revision[first].initiator == "automated sync" and by_revision[second].initiator == "bob"
+    text = audit.render(result)
+    lines = text.splitlines()
+    alice = next(i for i, line in enumerate(lines) if "by Alice <alice@example.org>: digits-torch: lr 0.001" in line)
+    bob = next(i for i, line in enumerate(lines) if "by Bob <bob@example.org>: retry digits-torch" in line)
+    assert alice < bob, text
+    assert "synced by automated sync at 2026-11-25T10:00:05Z" in lines[alice + 1]
+    assert "run digits-torch-aaaaaaaa (RayJob) created 2026-11-25T10:00:03Z: Complete/SUCCEEDED" in lines[alice + 2]
+    assert "synced by bob at 2026-11-25T11:00:04Z" in lines[bob + 1]
+    assert "run digits-torch-bbbbbbbb" in lines[bob + 2] and "submitter digits-torch-bbbbbbbb-submit" in lines[bob + 2]
+    assert "other-cccccccc" not in text and "Carol" not in text
+
+
+def test_a_sync_in_progress_is_shown_with_who_started_it(history):
+    root, first, second = history
+    application = app(first, second)
+    application["status"]["history"] = application["status"]["history"][:1]
+    application["status"]["operationState"] = {"phase": "Running", "startedAt": "2026-11-25T11:00:01Z",
+                                               "operation": {"sync": {"revision": second},
+                                                             "initiatedBy": {"username": "bob"}}}
+    result = audit.audit(Clients(application, []), target(), root, "digits-torch")
+    assert [(s.revision, s.initiator, s.phase) for s in result["syncs"]][-1] == (second, "bob", "Running")
+
+
+def test_an_unknown_job_names_the_known_ones(history):
+    root, *_ = history
+    with pytest.raises(OpsError) as err:
+        audit.audit(Clients(None, []), target(), root, "nope")
+    assert "no Application minikube-job-nope" in str(err.value) and "digits-torch" in str(err.value)
