@@ -202,8 +202,17 @@ def platform_project(env: Environment, kinds: set, repo_url: str) -> dict:
                                          sorted(own_cluster | set(OPERATOR_CLUSTER_KINDS))],
             "namespaceResourceWhitelist": [{"group": g, "kind": k} for g, k in
                                            sorted(own_namespaced | set(OPERATOR_NAMESPACED_KINDS))],
+            **({"syncWindows": windows} if (windows := platform_windows(env)) else {}),
         },
     }
+
+
+def platform_windows(env: Environment) -> list[dict]:
+    """sync.platformWindows as Argo CD sync windows on every Application of the platform project; a person with
+    sync rights on it (the platform team) may still sync by hand."""
+    return [{"kind": w["kind"], "schedule": w["schedule"], "duration": w["duration"],
+             "timeZone": w.get("timeZone", "UTC"), "applications": ["*"], "manualSync": True}
+            for w in (env.doc.get("sync") or {}).get("platformWindows") or []]
 
 
 def workload_project(env: Environment, kinds: set, repo_url: str) -> dict:

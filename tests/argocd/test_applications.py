@@ -287,3 +287,26 @@ def test_the_training_operator_gets_our_hardened_init_container_template(env):
     assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}
     assert context["runAsNonRoot"] is True and context["seccompProfile"] == {"type": "RuntimeDefault"}
     assert context["readOnlyRootFilesystem"] is True
+
+
+def test_platform_change_windows_hold_the_platform_project_only(repo_copy):
+    env = repo_copy / "environments" / "eks.yaml"
+    env.write_text(env.read_text() + "\nsync:\n  platformWindows:\n"
+                   "  - {kind: deny, schedule: \"0 18 * * 1-5\", duration: 15h, timeZone: Europe/Berlin}\n")
+    proc = run_generator(repo_copy, "render")
+    assert proc.returncode == 0, proc.stderr
+    managed = repo_copy / "argocd" / "managed"
+    assert load(managed / "appproject-eks-platform.yaml")["spec"]["syncWindows"] == [
+        {"kind": "deny", "schedule": "0 18 * * 1-5", "duration": "15h", "timeZone": "Europe/Berlin",
+         "applications": ["*"], "manualSync": True}]
+    assert "syncWindows" not in load(managed / "appproject-eks.yaml")["spec"]  # jobs are never held
+    assert "syncWindows" not in load(managed / "appproject-minikube-platform.yaml")["spec"]
+
+
+def test_a_change_window_of_an_unknown_kind_is_refused_where_it_is_written(repo_copy):
+    env = repo_copy / "environments" / "eks.yaml"
+    env.write_text(env.read_text() + "\nsync:\n  platformWindows:\n  - {kind: hold, schedule: \"0 18 * * *\", "
+                   "duration: 15h}\n")
+    proc = run_generator(repo_copy, "render")
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "environments/eks.yaml" in proc.stderr and "platformWindows" in proc.stderr, proc.stderr

@@ -55,8 +55,9 @@ def _files(e2e, env):
             folder / f"rolebinding-{TAKE_OVER}.yaml": ROLE_BINDING}
 
 
-def _app(e2e, env):
-    return next(a for a in e2e.env_apps(env) if a["metadata"]["name"] == f"{env}-{APP}")
+def _app(e2e, env, name=None):
+    name = name or f"{env}-{APP}"
+    return next(a for a in e2e.env_apps(env) if a["metadata"]["name"] == name)
 
 
 def _bindings(e2e, env) -> list[str]:
@@ -124,3 +125,80 @@ def test_removing_the_bindings_brings_the_apps_back(e2e, pushed):
     for env in ENVS:
         e2e.wait_synced_healthy(env, 600, names={f"{env}-{APP}"})
         assert _bindings(e2e, env) == []
+
+
+# --- change windows: the platform project holds its syncs while a deny window is open; the workloads do not -------
+WINDOW_ENV = "eks"
+QUOTA_KEY = "count/configmaps"
+
+
+def _project(e2e, name) -> dict:
+    from e2e import gitops, kube
+    kubeconfig, context = gitops.management(e2e.current)
+    return json.loads(kube.kubectl(kubeconfig, context, "-n", gitops.ARGOCD_NS, "get", "appproject", name,
+                                   "-o", "json"))
+
+
+def _live_quota(e2e, env) -> dict:
+    quotas = e2e.core(env).list_namespaced_resource_quota(e2e.namespace(env)).items
+    return {q.metadata.name: (q.spec.hard or {}) for q in quotas}
+
+
+def _edit_and_push(e2e, edit, message):
+    e2e.edit_environment(f"{WINDOW_ENV}.yaml", edit)
+    e2e.generator("render")
+    return e2e.push(message)
+
+
+def _set_window(data):
+    from ruamel.yaml.comments import CommentedMap
+    sync = data.setdefault("sync", CommentedMap())
+    sync["platformWindows"] = [CommentedMap(kind="deny", schedule="* * * * *", duration="3h", timeZone="UTC")]
+
+
+def _drop_window(data):
+    del data["sync"]["platformWindows"]
+    if not data["sync"]:
+        del data["sync"]
+
+
+def _quota(value):
+    def edit(data):
+        hard = data["platform"]["values"]["resourceQuota"]["hard"]
+        if value is None:
+            hard.pop(QUOTA_KEY, None)
+        else:
+            hard[QUOTA_KEY] = value
+    return edit
+
+
+@pytest.mark.skipif(WINDOW_ENV not in ENVS, reason=f"no {WINDOW_ENV} environment in this e2e")
+def test_a_platform_change_waits_for_its_window_and_lands_when_it_closes(e2e, bootstrapped):
+    """A deny window (sync.platformWindows) is pushed to the platform project; a quota change pushed while it is
+    open is not synced for three reconcile periods (the live ResourceQuota keeps its old hard limits, the
+    platform app is OutOfSync, no new sync operation); the window's removal lets it land."""
+    import time
+
+    e2e.wait_synced_healthy(WINDOW_ENV, 420, names={f"{WINDOW_ENV}-platform"})
+    _edit_and_push(e2e, _set_window, "e2e: a change window for the platform")
+    wait_for(lambda: (bool(_project(e2e, f"{WINDOW_ENV}-platform")["spec"].get("syncWindows")), "no window yet"),
+             180, 3, "the window did not reach the platform project")
+    platform = f"{WINDOW_ENV}-platform"
+    started = ((_app(e2e, WINDOW_ENV, platform).get("status") or {}).get("operationState") or {}).get("startedAt")
+    _edit_and_push(e2e, _quota("500"), "e2e: a platform change while the window is open")
+    wait_for(lambda: (e2e.app_state(_app(e2e, WINDOW_ENV, platform))[0] == "OutOfSync",
+                      e2e.describe(_app(e2e, WINDOW_ENV, platform))), 120, 3,
+             "Argo CD did not see the platform change")
+    time.sleep(65)  # three reconcile periods (--app-resync 20)
+    app = _app(e2e, WINDOW_ENV, platform)
+    assert e2e.app_state(app)[0] == "OutOfSync", e2e.describe(app)
+    assert ((app.get("status") or {}).get("operationState") or {}).get("startedAt") == started, \
+        "a sync ran inside the deny window"
+    assert all(QUOTA_KEY not in hard for hard in _live_quota(e2e, WINDOW_ENV).values())
+    _edit_and_push(e2e, _drop_window, "e2e: the window closes")
+    wait_for(lambda: (any(hard.get(QUOTA_KEY) == "500" for hard in _live_quota(e2e, WINDOW_ENV).values()),
+                      _live_quota(e2e, WINDOW_ENV)), 300, 5, "the platform change did not land after the window")
+    _edit_and_push(e2e, _quota(None), "e2e: the platform change taken back")
+    wait_for(lambda: (all(QUOTA_KEY not in hard for hard in _live_quota(e2e, WINDOW_ENV).values()),
+                      _live_quota(e2e, WINDOW_ENV)), 300, 5, "the platform change was not taken back")
+    e2e.wait_synced_healthy(WINDOW_ENV, 300, names={platform})
