@@ -16,8 +16,8 @@ from . import access, charts, schema_check
 from .environments import Environment
 from .errors import RenderError, RenderErrors, ValueFault
 from .layers import Layer, merge
+from .scopes import PLATFORM_APP
 
-PLATFORM_APP = "platform"
 CLUSTER_APP = "ray-cluster"
 JOB_PREFIX = "job-"
 # A RayJob is immutable once running (KubeRay ignores later spec changes), so a changed job must be a new

@@ -219,7 +219,7 @@ def workload_project(env: Environment, kinds: set, repo_url: str) -> dict:
     """What the ApplicationSet generates from apps/<env>/<app>/: this repository only, the environment's namespace
     only, the namespaced kinds the workloads render; no cluster-scoped kind at all (an empty whitelist) and no RBAC
     (blacklisted too, so a later widening of the whitelist keeps them out)."""
-    allowed = sorted((g, k) for g, k in kinds if scopes.workload_refusal(f"{g}/v1" if g else "v1", k) is None)
+    allowed = sorted((g, k) for g, k in kinds if scopes.group_kind_refusal(g, k) is None)
     return {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
         "metadata": _meta(env.name, wave=-20, labels={ENV_LABEL: env.name}),

@@ -35,7 +35,11 @@ def is_cluster_scoped(kind: str) -> bool:
 
 def workload_refusal(api_version: str, kind: str) -> str | None:
     """Why a workload app (any folder of apps/<env>/ but platform) may not hold this kind, or None."""
-    group = group_of(api_version)
+    return group_kind_refusal(group_of(api_version), kind)
+
+
+def group_kind_refusal(group: str, kind: str) -> str | None:
+    """workload_refusal by API group (the AppProjects list kinds by group, not apiVersion)."""
     if group == RBAC_GROUP:
         return (f"{group}:{kind} is RBAC: a workload app may not grant permissions (a RoleBinding in a job's folder "
                 f"would give its pods, or anyone, rights the platform team never reviewed)")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 from . import jobs as jobs_mod
@@ -82,20 +81,16 @@ def syncs(app: dict) -> list[Sync]:
     return sorted(out, key=lambda s: s.deployed_at)
 
 
-def _time(value: str) -> datetime | None:
-    return jobs_mod._time(value) if value else None
-
-
 def join(found: list[Sync], runs: list[jobs_mod.Run]) -> list:
     """Each run under the sync that created it: a sync applies the run, then finishes (its deployedAt), so the owner
     is the first sync deployed at or after the run's creation (the last one, for a run made later: a self-heal
     after a person deleted it). Returns the runs no sync accounts for (no history)."""
-    timed = [s for s in found if _time(s.deployed_at)]
+    timed = [s for s in found if jobs_mod.parse_time(s.deployed_at)]
     if not timed:
         return list(runs)
     for run in sorted(runs, key=lambda r: r.obj["metadata"]["creationTimestamp"]):
-        created = _time(run.obj["metadata"]["creationTimestamp"])
-        owner = next((s for s in timed if _time(s.deployed_at) >= created), timed[-1])
+        created = jobs_mod.parse_time(run.obj["metadata"]["creationTimestamp"])
+        owner = next((s for s in timed if jobs_mod.parse_time(s.deployed_at) >= created), timed[-1])
         owner.runs.append(run)
     return []
 

@@ -50,13 +50,13 @@ class Run:
 
     @property
     def started(self) -> datetime | None:
-        return _time(self.status.get("startTime") or self.obj["metadata"].get("creationTimestamp"))
+        return parse_time(self.status.get("startTime") or self.obj["metadata"].get("creationTimestamp"))
 
     @property
     def ended(self) -> datetime | None:
         if self.kind == "RayJob":
-            return _time(self.status.get("endTime"))
-        return _time(self.status.get("completionTime"))
+            return parse_time(self.status.get("endTime"))
+        return parse_time(self.status.get("completionTime"))
 
     @property
     def duration_seconds(self) -> float | None:
@@ -82,7 +82,7 @@ class Run:
         return f"http://{url}" if url else None
 
 
-def _time(value) -> datetime | None:
+def parse_time(value) -> datetime | None:
     if not value:
         return None
     if isinstance(value, datetime):

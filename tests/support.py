@@ -22,3 +22,16 @@ def tree_digest(path: Path) -> dict:
         return {}
     return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def built_binary(component: str, binary: str, what: str):
+    """A binary of an e2e component, built from its pinned module by e2e.components (cached after the first build);
+    a build that fails fails the test that needs it."""
+    import pytest
+
+    from e2e import components
+    try:
+        paths = components.build([component], out=sys.stderr)
+    except components.BuildError as exc:
+        pytest.fail(f"cannot build {what} from its module (Go >= 1.26 and the module proxy are needed): {exc}")
+    return paths[binary]

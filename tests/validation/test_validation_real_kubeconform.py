@@ -3,10 +3,9 @@ valid tree passes, and each invalid custom resource and built-in kind fails at t
 names. The fake binary (fixtures/fake_kubeconform.py) tests our handling of its output shapes; this is the tool."""
 from __future__ import annotations
 
-import sys
-
 import pytest
 
+from tests.support import built_binary
 from tests.validation.support import GOOD, INVALID_CASES, INVALID_DIR, KUBE_VERSION
 from validation import kubeconform as kc
 from validation import validate_manifests
@@ -18,12 +17,7 @@ SCHEMA_CASES = [case for case in INVALID_CASES if not case[0].startswith("config
 
 @pytest.fixture(scope="session")
 def kubeconform():
-    from e2e import components
-    try:
-        paths = components.build(["tools"], out=sys.stderr)
-    except components.BuildError as exc:
-        pytest.fail(f"cannot build kubeconform from its module (Go >= 1.26 and the module proxy are needed): {exc}")
-    return str(paths["kubeconform"])
+    return str(built_binary("tools", "kubeconform", "kubeconform"))
 
 
 def test_the_valid_tree_passes_kubeconform(crds, kubeconform):
