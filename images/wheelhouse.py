@@ -39,9 +39,14 @@ def key() -> str:
     return digest.hexdigest()[:12]
 
 
+def directory(cache: Path) -> Path:
+    """Where the wheelhouse for the current pins is (or would be) under the image cache."""
+    return cache / f"wheels-{key()}"
+
+
 def ensure(cache: Path, out=sys.stderr) -> Path:
     """The wheelhouse for the current pins (downloaded when missing)."""
-    target = cache / f"wheels-{key()}"
+    target = directory(cache)
     if (target / ".complete").is_file():
         return target
     target.mkdir(parents=True, exist_ok=True)
