@@ -38,14 +38,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import access, manifests, notifications, scopes, versions
-from .environments import Environment
+from . import access, environments, manifests, notifications, scopes, versions
+from .environments import CLUSTERS, Environment
 from .errors import RenderError
 
 ARGOCD_NAMESPACE = "argocd"
 HEALTH_CHECKS = Path("health-checks")  # <group>/<Kind>/health.lua, health_test.yaml, testdata/ (Argo CD's layout)
 HEALTH_PRELUDE = "prelude.lua"  # in HEALTH_CHECKS: put in front of every check
 ENV_LABEL = "ray-gitops/environment"
+# On an environment of several clusters, each cluster Secret also names its cluster (the key under `clusters:`,
+# which picks apps/<env>/clusters/<cluster>/) and the prefix of its Applications' names.
+CLUSTER_LABEL = "ray-gitops/cluster"
+PREFIX_LABEL = "ray-gitops/app-prefix"
 KUBERAY_VERSION = versions.pinned().kuberay
 KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_GIT_REPO = "https://github.com/ray-project/kuberay.git"
@@ -164,10 +168,17 @@ def notifications_configmap(envs: list[Environment]) -> dict:
                                                                               "app.kubernetes.io/part-of": "argocd"}})
 
 
+def app_files(apps_env_dir: Path):
+    """Every rendered file of an environment: apps/<env>/<app>/*.yaml and apps/<env>/clusters/<cluster>/<app>/*.yaml
+    (an environment of several clusters)."""
+    yield from apps_env_dir.glob("*/*.yaml")
+    yield from apps_env_dir.glob(f"{CLUSTERS}/*/*/*.yaml")
+
+
 def rendered_kinds(apps_env_dir: Path, apps: set[str] | None = None, skip: set[str] = frozenset()) -> set:
     """(group, kind) of every resource under apps/<env>/ (only the app folders in `apps`, none in `skip`)."""
     kinds = set()
-    for path in apps_env_dir.glob("*/*.yaml"):
+    for path in app_files(apps_env_dir):
         app = path.parent.name
         if (apps is not None and app not in apps) or app in skip:
             continue
@@ -184,19 +195,24 @@ def _description(env: Environment, what: str) -> str:
     return f"{env.name} ({what}): {env.doc.get('description', '')}".strip(": ")
 
 
-def platform_project(env: Environment, kinds: set, repo_url: str) -> dict:
+def servers(members: list[Environment]) -> list[str]:
+    """The API servers of an environment's clusters, in the order of `clusters:`."""
+    return list(dict.fromkeys(m.doc["target"]["server"] for m in members))
+
+
+def platform_project(env: Environment, kinds: set, repo_url: str, members: list[Environment] | None = None) -> dict:
     """The operators and apps/<env>/platform: upstream sources, the operators' and the environment's namespaces,
-    cluster-scoped kinds and RBAC (what the platform chart renders and what the operators' manifests create)."""
+    cluster-scoped kinds and RBAC (what the platform chart renders and what the operators' manifests create), on
+    exactly the environment's clusters."""
     own_cluster = {(g, k) for g, k in kinds if scopes.is_cluster_scoped(k)}
     own_namespaced = kinds - own_cluster
-    server = env.doc["target"]["server"]
     return {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
         "metadata": _meta(platform_project_name(env), wave=-20, labels={ENV_LABEL: env.name}),
         "spec": {
             "description": _description(env, "platform: operators, namespace, quota, storage"),
             "sourceRepos": sorted([repo_url, KUBERAY_HELM_REPO, KUBERAY_GIT_REPO, TRAINING_OPERATOR_GIT_REPO]),
-            "destinations": [{"server": server, "namespace": ns} for ns in
+            "destinations": [{"server": server, "namespace": ns} for server in servers(members or [env]) for ns in
                              sorted({env.namespace, KUBERAY_NAMESPACE, TRAINING_OPERATOR_NAMESPACE})],
             "clusterResourceWhitelist": [{"group": g, "kind": k} for g, k in
                                          sorted(own_cluster | set(OPERATOR_CLUSTER_KINDS))],
@@ -215,7 +231,7 @@ def platform_windows(env: Environment) -> list[dict]:
             for w in (env.doc.get("sync") or {}).get("platformWindows") or []]
 
 
-def workload_project(env: Environment, kinds: set, repo_url: str) -> dict:
+def workload_project(env: Environment, kinds: set, repo_url: str, members: list[Environment] | None = None) -> dict:
     """What the ApplicationSet generates from apps/<env>/<app>/: this repository only, the environment's namespace
     only, the namespaced kinds the workloads render; no cluster-scoped kind at all (an empty whitelist) and no RBAC
     (blacklisted too, so a later widening of the whitelist keeps them out)."""
@@ -226,7 +242,7 @@ def workload_project(env: Environment, kinds: set, repo_url: str) -> dict:
         "spec": {
             "description": _description(env, "workloads: the Ray cluster and the jobs"),
             "sourceRepos": [repo_url],
-            "destinations": [{"server": env.doc["target"]["server"], "namespace": env.namespace}],
+            "destinations": [{"server": server, "namespace": env.namespace} for server in servers(members or [env])],
             "clusterResourceWhitelist": [],
             "namespaceResourceWhitelist": [{"group": g, "kind": k} for g, k in allowed],
             "namespaceResourceBlacklist": [{"group": scopes.RBAC_GROUP, "kind": k} for k in ("Role", "RoleBinding")],
@@ -258,10 +274,11 @@ def cluster_secret(env: Environment) -> dict:
     target = env.doc["target"]
     config = cluster_config(env)
 
+    fleet = {CLUSTER_LABEL: env.cluster, PREFIX_LABEL: env.app_prefix} if env.cluster is not None else {}
     return {
         "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-        "metadata": {**_meta(f"cluster-{env.name}", wave=-20),
-                     "labels": {"argocd.argoproj.io/secret-type": "cluster", ENV_LABEL: env.name,
+        "metadata": {**_meta(f"cluster-{env.app_prefix}", wave=-20),
+                     "labels": {"argocd.argoproj.io/secret-type": "cluster", ENV_LABEL: env.name, **fleet,
                                 **target.get("clusterLabels", {})}},
         "stringData": {"name": target.get("clusterName", env.name), "server": target["server"],
                        "config": json.dumps(config, sort_keys=True)},
@@ -305,6 +322,28 @@ def apps_applicationset(env: Environment, repo_url: str, revision: str, autoscal
             "template": spec_template,
         },
     }
+
+
+def fleet_applicationset(env: Environment, repo_url: str, revision: str, autoscaled: bool) -> dict:
+    """An environment on several clusters: one Application per cluster and app, named `<prefix>-<app>` (the
+    cluster Secret's PREFIX_LABEL: `<env>` on the cluster named like the environment, `<env>-<cluster>` on the
+    others, so names stay unique; Argo CD refuses a duplicate, argo-cd v3.5.1 applicationset_controller.go
+    543-551), from the shared apps/<env>/<app>/ or the cluster's own apps/<env>/clusters/<cluster>/<app>/. One
+    ApplicationSet for both kinds of folder: an app that moves between them (it came to differ per cluster) keeps
+    its Application, with a new path, instead of being deleted by one ApplicationSet and made by another."""
+    appset = apps_applicationset(env, repo_url, revision, autoscaled)
+    cluster = f'{{{{ index .metadata.labels "{CLUSTER_LABEL}" }}}}'
+    prefix = f'{{{{ index .metadata.labels "{PREFIX_LABEL}" }}}}'
+    appset["spec"]["generators"][0]["matrix"]["generators"][1]["git"]["directories"] = [
+        {"path": f"apps/{env.name}/*"},
+        {"path": f"apps/{env.name}/{scopes.PLATFORM_APP}", "exclude": True},
+        {"path": f"apps/{env.name}/{CLUSTERS}", "exclude": True},
+        {"path": f"apps/{env.name}/{CLUSTERS}/{cluster}/*"},
+        {"path": f"apps/{env.name}/{CLUSTERS}/{cluster}/{scopes.PLATFORM_APP}", "exclude": True}]
+    meta = appset["spec"]["template"]["metadata"]
+    meta["name"] = f"{prefix}-{{{{ .path.basename }}}}"
+    meta["labels"][CLUSTER_LABEL] = cluster
+    return appset
 
 
 PYTORCH_INIT_CONTAINER = Path(__file__).resolve().parent / "operator_config" / "pytorch-init-container.yaml"
@@ -363,8 +402,8 @@ def operator_applications(env: Environment) -> list[dict]:
     for op in OPERATORS:
         apps.append({
             "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-            "metadata": {**_meta(f"{env.name}-{op['name']}", wave=op["wave"],
-                                 labels={ENV_LABEL: env.name, "ray-gitops/app": op["name"]}),
+            "metadata": {**_meta(f"{env.app_prefix}-{op['name']}", wave=op["wave"],
+                                 labels={ENV_LABEL: env.name, "ray-gitops/app": op["name"], **_cluster_label(env)}),
                          "annotations": {"argocd.argoproj.io/sync-wave": str(op["wave"]), **COMPARE_OPTIONS}},
             "spec": {
                 "project": platform_project_name(env),
@@ -376,18 +415,23 @@ def operator_applications(env: Environment) -> list[dict]:
     return apps
 
 
-def platform_application(env: Environment, repo_url: str, revision: str) -> dict:
+def _cluster_label(env: Environment) -> dict:
+    return {CLUSTER_LABEL: env.cluster} if env.cluster is not None else {}
+
+
+def platform_application(env: Environment, repo_url: str, revision: str, path: str | None = None) -> dict:
     """apps/<env>/platform, held by the root at PLATFORM_WAVE: the environment's namespace (its Pod Security labels),
     quota and storage exist, Healthy, before the ApplicationSet makes any workload app. Same name as the Application
     the ApplicationSet used to generate for it (docs/argocd.md: the migration deletes nothing)."""
     app = scopes.PLATFORM_APP
     return {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
-        "metadata": {**_meta(f"{env.name}-{app}", labels={ENV_LABEL: env.name, "ray-gitops/app": app}),
+        "metadata": {**_meta(f"{env.app_prefix}-{app}",
+                             labels={ENV_LABEL: env.name, "ray-gitops/app": app, **_cluster_label(env)}),
                      "annotations": {"argocd.argoproj.io/sync-wave": str(PLATFORM_WAVE), **COMPARE_OPTIONS}},
         "spec": {
             "project": platform_project_name(env),
-            "source": {"repoURL": repo_url, "targetRevision": revision, "path": f"apps/{env.name}/{app}"},
+            "source": {"repoURL": repo_url, "targetRevision": revision, "path": path or f"apps/{env.name}/{app}"},
             "destination": {"server": env.doc["target"]["server"], "namespace": env.namespace},
             "syncPolicy": sync_policy(env),
         },
@@ -441,16 +485,58 @@ def render(root: Path, envs: list[Environment], apps_dir: Path) -> dict:
     """{relative path under argocd/: text}. `apps_dir` holds the rendered apps/ the projects are derived from."""
     ops = gitops(envs)
     repo_url, revision = ops.get("repoURL", ""), ops.get("targetRevision", "main")
+    shared = environments.one_per_name(envs)
     files = {"root.yaml": manifests.dump(root_application(repo_url, revision), HEADER),
-             "managed/configmap-argocd-cm.yaml": manifests.dump(health_configmap(root, envs), HEADER),
-             "managed/configmap-argocd-rbac-cm.yaml": manifests.dump(rbac_configmap(envs), HEADER),
-             "managed/configmap-argocd-notifications-cm.yaml": manifests.dump(notifications_configmap(envs), HEADER)}
-    for env in envs:
-        platform = {scopes.PLATFORM_APP}
-        docs = [platform_project(env, rendered_kinds(apps_dir / env.name, apps=platform), repo_url),
-                workload_project(env, rendered_kinds(apps_dir / env.name, skip=platform), repo_url),
-                cluster_secret(env), *operator_applications(env), platform_application(env, repo_url, revision),
-                apps_applicationset(env, repo_url, revision, autoscaled(env))]
+             "managed/configmap-argocd-cm.yaml": manifests.dump(health_configmap(root, shared), HEADER),
+             "managed/configmap-argocd-rbac-cm.yaml": manifests.dump(rbac_configmap(shared), HEADER),
+             "managed/configmap-argocd-notifications-cm.yaml": manifests.dump(notifications_configmap(shared), HEADER)}
+    platform = {scopes.PLATFORM_APP}
+    for env in environments.one_per_name(envs):
+        members = [m for m in envs if m.name == env.name]
+        kinds = apps_dir / env.name
+        docs = [platform_project(env, rendered_kinds(kinds, apps=platform), repo_url, members),
+                workload_project(env, rendered_kinds(kinds, skip=platform), repo_url, members)]
+        for member in members:
+            docs += [cluster_secret(member), *operator_applications(member),
+                     platform_application(member, repo_url, revision, platform_path(apps_dir, member))]
+        docs.append(fleet_applicationset(env, repo_url, revision, autoscaled(env)) if env.fleet
+                    else apps_applicationset(env, repo_url, revision, autoscaled(env)))
+        unique_names(env, members, docs, apps_dir)
         for doc in docs:
             files[f"managed/{manifests.filename(doc)}"] = manifests.dump(doc, HEADER)
     return files
+
+
+def platform_path(apps_dir: Path, env: Environment) -> str:
+    """The platform app's folder: the cluster's own where it differs per cluster, else the shared one."""
+    own = f"apps/{env.name}/{CLUSTERS}/{env.cluster}/{scopes.PLATFORM_APP}"
+    return own if env.cluster is not None and (apps_dir.parent / own).is_dir() else f"apps/{env.name}/{scopes.PLATFORM_APP}"
+
+
+def unique_names(env: Environment, members: list[Environment], docs: list[dict], apps_dir: Path) -> None:
+    """Every Application the root holds and the ApplicationSet will generate has a name of its own, and every
+    cluster a name and server of its own: Argo CD would refuse a duplicate Application (applicationset_controller.go
+    543-551) or merge two clusters into one."""
+    owner: dict = {}
+    where = env.raw.locate((CLUSTERS,)) if env.fleet and env.raw is not None else env.layer.locate(("target",))
+
+    def claim(kind: str, name: str, by: str) -> None:
+        if (kind, name) in owner and owner[kind, name] != by:
+            raise RenderError(f"environment {env.name!r}: {by} and {owner[kind, name]} would both be the {kind} "
+                              f"{name!r}; rename a cluster (its key under `clusters:`) or the app", where)
+        owner[kind, name] = by
+    env_dir = apps_dir / env.name
+    for member in members:
+        who = f"cluster {member.cluster!r}" if member.cluster is not None else f"environment {env.name!r}"
+        claim("Argo CD cluster name", member.doc["target"].get("clusterName", member.app_prefix), who)
+        claim("cluster server", member.doc["target"]["server"], who)
+        folders = [p for p in env_dir.iterdir() if p.is_dir() and p.name not in (CLUSTERS, scopes.PLATFORM_APP)] \
+            if env_dir.is_dir() else []
+        if member.cluster is not None:
+            own = env_dir / CLUSTERS / member.cluster
+            folders += [p for p in own.iterdir() if p.is_dir() and p.name != scopes.PLATFORM_APP] if own.is_dir() else []
+        for folder in folders:
+            claim("Application", f"{member.app_prefix}-{folder.name}", f"{who}'s app {folder.name}")
+    for doc in docs:
+        if doc["kind"] == "Application":
+            claim("Application", doc["metadata"]["name"], f"the root's {doc['metadata']['name']}")

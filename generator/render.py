@@ -68,10 +68,10 @@ def render_tree(root: Path, env_names: list[str], workers: int | None = None, st
     loaded, errors = [], []
     for name in env_names:
         try:
-            env = environments.load(root, name)
-            env_apps = apps_mod.compose(root, env)
-            errors += argocd.operator_namespace_faults(env, env_apps)
-            loaded.append((env, env_apps))
+            for env in environments.members(environments.load(root, name)):
+                env_apps = apps_mod.compose(root, env)
+                errors += argocd.operator_namespace_faults(env, env_apps)
+                loaded.append((env, env_apps))
         except RenderError as exc:
             errors.append(exc)
     if errors:
@@ -79,7 +79,7 @@ def render_tree(root: Path, env_names: list[str], workers: int | None = None, st
 
     helm.binary()  # fail once, before any work, when there is no helm
     jobs = [(env, app) for env, env_apps in loaded for app in env_apps]
-    tree = {env.name: {} for env, _ in loaded}
+    rendered = {(env.name, env.cluster): {} for env, _ in loaded}
     workers = workers or max(2, os.cpu_count() or 2)
     failures = []
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -90,7 +90,7 @@ def render_tree(root: Path, env_names: list[str], workers: int | None = None, st
             except RenderError as exc:
                 failures.append(exc)
                 continue
-            tree[env.name][app.name] = files
+            rendered[env.name, env.cluster][app.name] = files
             stats.helm_calls += 1
             stats.helm_seconds += seconds
             stats.files += len(files)
@@ -98,11 +98,31 @@ def render_tree(root: Path, env_names: list[str], workers: int | None = None, st
                 progress(i, len(futures), app.key)
     if failures:
         raise RenderErrors(failures)
-    stats.environments += len(loaded)
+    stats.environments += len({env.name for env, _ in loaded})
     stats.apps += len(jobs)
     for env, env_apps in loaded:
-        stats.per_env[env.name] = len(env_apps)
-    return tree, [env for env, _ in loaded]
+        stats.per_env[env.name] = stats.per_env.get(env.name, 0) + len(env_apps)
+    return place(rendered), [env for env, _ in loaded]
+
+
+def place(rendered: dict) -> dict:
+    """{(env, cluster): {app: files}} -> {env: {app folder: files}}. A single-cluster environment's apps are
+    apps/<env>/<app>/. On an environment of several clusters, an app that renders byte-identical on every one of
+    them is rendered once, apps/<env>/<app>/ (the shared layer); an app that differs (the platform app with each
+    cluster's subnet) is rendered per cluster, apps/<env>/clusters/<cluster>/<app>/: Argo CD templates nothing."""
+    tree: dict = {}
+    for (env, cluster), env_apps in rendered.items():
+        tree.setdefault(env, {})
+        if cluster is None:
+            tree[env].update(env_apps)
+            continue
+        fleet = [apps for (e, c), apps in rendered.items() if e == env]
+        for app, files in env_apps.items():
+            if all(other.get(app) == files for other in fleet):
+                tree[env][app] = files
+            else:
+                tree[env][f"{environments.CLUSTERS}/{cluster}/{app}"] = files
+    return tree
 
 
 def write_tree(tree: dict, dest: Path) -> None:
@@ -143,7 +163,7 @@ def render(root: Path, env_names: list[str] | None = None, out: Path | None = No
     try:
         write_tree(tree, staging / APPS_DIR)
         argocd_files = argocd.render(root, envs, staging / APPS_DIR) if full else None
-        owners = access.codeowners(envs) if full else None
+        owners = access.codeowners(environments.one_per_name(envs)) if full else None
         if argocd_files is not None:
             write_files(argocd_files, staging / ARGOCD_DIR)
         if out is not None:

@@ -1,0 +1,170 @@
+"""An environment on several clusters (`clusters:`): each cluster a layer of its own, rendered per cluster only where
+it differs, one Argo CD cluster Secret and set of Applications per cluster with names that stay unique, projects on
+exactly the environment's clusters, and the consistency contract refusing a per-cluster value that must be shared."""
+import re
+
+import yaml
+
+from tests.support import run_generator, tree_digest
+
+SECOND_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="
+FLEET = """
+clusters:
+  eks:
+    target:
+      server: https://eks-training.example.internal
+      caData: {ca}
+      clusterName: eks-training
+      context: eks-training
+  west-b:
+    target:
+      server: https://eks-training-b.example.internal
+      caData: {second}
+    vars:
+      fsxSubnetId: subnet-0bbbbbbbbbbbbbbbb
+"""
+
+
+def make_fleet(root, extra: str = "") -> None:
+    env = root / "environments" / "eks.yaml"
+    ca = yaml.safe_load(env.read_text())["target"]["caData"]
+    env.write_text(env.read_text() + FLEET.format(ca=ca, second=SECOND_CA) + extra)
+
+
+def render(root, *args):
+    proc = run_generator(root, "render", *args)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def managed(root, name) -> dict:
+    return yaml.safe_load((root / "argocd" / "managed" / name).read_text())
+
+
+def test_a_fleet_renders_shared_apps_once_and_per_cluster_values_per_cluster(repo_copy):
+    before = tree_digest(repo_copy / "apps" / "minikube")
+    jobs = sorted(p.name for p in (repo_copy / "apps" / "eks").iterdir() if p.name.startswith("job-"))
+    make_fleet(repo_copy)
+    render(repo_copy)
+    eks = repo_copy / "apps" / "eks"
+    # the jobs and the standing Ray cluster are the same on both clusters: rendered once, in the shared layer
+    assert sorted(p.name for p in eks.iterdir() if p.name.startswith("job-")) == jobs
+    assert (eks / "ray-cluster").is_dir()
+    # the platform app holds each cluster's FSx subnet: rendered per cluster, each subnet on its own cluster only
+    assert not (eks / "platform").exists()
+    own = {c: "".join(p.read_text() for p in (eks / "clusters" / c / "platform").glob("*.yaml"))
+           for c in ("eks", "west-b")}
+    assert "subnet-0bbbbbbbbbbbbbbbb" in own["west-b"] and "subnet-0bbbbbbbbbbbbbbbb" not in own["eks"]
+    assert "subnet-0123456789abcdef0" in own["eks"] and "subnet-0123456789abcdef0" not in own["west-b"]
+    assert not list((eks / "clusters").glob("*/job-*")), "nothing shared is rendered per cluster"
+    # another environment is untouched, and the render is deterministic
+    assert tree_digest(repo_copy / "apps" / "minikube") == before
+    first = tree_digest(repo_copy / "apps"), tree_digest(repo_copy / "argocd")
+    render(repo_copy)
+    assert (tree_digest(repo_copy / "apps"), tree_digest(repo_copy / "argocd")) == first
+
+
+def test_each_cluster_gets_its_secret_operators_and_platform_with_unique_names(repo_copy):
+    single = {p.name for p in (repo_copy / "argocd" / "managed").glob("*eks*")}
+    make_fleet(repo_copy)
+    render(repo_copy)
+    files = {p.name for p in (repo_copy / "argocd" / "managed").glob("*eks*")}
+    # the cluster named like the environment keeps every name it had: making eks a fleet renames (deletes) nothing
+    assert single <= files
+    assert files - single == {"secret-cluster-eks-west-b.yaml", "application-eks-west-b-kuberay-crds.yaml",
+                              "application-eks-west-b-kuberay-operator.yaml",
+                              "application-eks-west-b-training-operator.yaml", "application-eks-west-b-platform.yaml"}
+    secret = managed(repo_copy, "secret-cluster-eks-west-b.yaml")
+    assert secret["stringData"]["server"] == "https://eks-training-b.example.internal"
+    assert secret["stringData"]["name"] == "west-b", "a cluster's Argo CD name defaults to its key"
+    assert secret["metadata"]["labels"]["ray-gitops/cluster"] == "west-b"
+    assert secret["metadata"]["labels"]["ray-gitops/app-prefix"] == "eks-west-b"
+    assert json_config(secret)["tlsClientConfig"]["caData"] == SECOND_CA
+    home = managed(repo_copy, "secret-cluster-eks.yaml")
+    assert home["metadata"]["labels"]["ray-gitops/app-prefix"] == "eks"
+    platform = managed(repo_copy, "application-eks-west-b-platform.yaml")
+    assert platform["spec"]["source"]["path"] == "apps/eks/clusters/west-b/platform"
+    assert platform["spec"]["destination"]["server"] == "https://eks-training-b.example.internal"
+    operator = managed(repo_copy, "application-eks-west-b-kuberay-operator.yaml")
+    assert operator["spec"]["destination"]["server"] == "https://eks-training-b.example.internal"
+    assert operator["spec"]["project"] == "eks-platform"
+
+
+def json_config(secret):
+    import json
+    return json.loads(secret["stringData"]["config"])
+
+
+def test_projects_cover_exactly_the_environments_clusters(repo_copy):
+    make_fleet(repo_copy)
+    render(repo_copy)
+    servers = {"https://eks-training.example.internal", "https://eks-training-b.example.internal"}
+    workload = managed(repo_copy, "appproject-eks.yaml")
+    assert {d["server"] for d in workload["spec"]["destinations"]} == servers
+    assert {d["namespace"] for d in workload["spec"]["destinations"]} == {"ray-training"}
+    platform = managed(repo_copy, "appproject-eks-platform.yaml")
+    assert {d["server"] for d in platform["spec"]["destinations"]} == servers
+    assert len(platform["spec"]["destinations"]) == 2 * 3  # each server x (env, kuberay, kubeflow namespaces)
+
+
+def test_one_applicationset_generates_shared_and_per_cluster_apps_by_the_clusters_prefix(repo_copy):
+    make_fleet(repo_copy)
+    render(repo_copy)
+    appset = managed(repo_copy, "applicationset-eks.yaml")
+    matrix = appset["spec"]["generators"][0]["matrix"]["generators"]
+    assert matrix[0] == {"clusters": {"selector": {"matchLabels": {"ray-gitops/environment": "eks"}}}}
+    dirs = matrix[1]["git"]["directories"]
+    cluster = '{{ index .metadata.labels "ray-gitops/cluster" }}'
+    assert dirs == [{"path": "apps/eks/*"}, {"path": "apps/eks/platform", "exclude": True},
+                    {"path": "apps/eks/clusters", "exclude": True}, {"path": f"apps/eks/clusters/{cluster}/*"},
+                    {"path": f"apps/eks/clusters/{cluster}/platform", "exclude": True}]
+    name = appset["spec"]["template"]["metadata"]["name"]
+    assert name == '{{ index .metadata.labels "ray-gitops/app-prefix" }}-{{ .path.basename }}'
+
+
+def test_a_single_cluster_environment_renders_as_before(repo_copy):
+    before = tree_digest(repo_copy / "apps"), tree_digest(repo_copy / "argocd")
+    render(repo_copy)
+    assert (tree_digest(repo_copy / "apps"), tree_digest(repo_copy / "argocd")) == before
+
+
+def render_fails(root) -> str:
+    apps = tree_digest(root / "apps")
+    proc = run_generator(root, "render")
+    assert proc.returncode != 0, proc.stdout
+    assert tree_digest(root / "apps") == apps, "a failed render leaves apps/ as it was"
+    return proc.stderr
+
+
+def line_of(path, needle) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
+
+
+def test_a_value_every_cluster_must_share_is_refused_in_a_cluster_with_its_place(repo_copy):
+    make_fleet(repo_copy, "    exposeDashboard: true\n")
+    err = render_fails(repo_copy)
+    env = repo_copy / "environments" / "eks.yaml"
+    line = len(env.read_text().splitlines())
+    assert f"environments/eks.yaml:{line}: clusters.west-b.exposeDashboard: unknown key" in err, err
+    assert "known keys here: description, target, vars" in err
+    assert "Traceback" not in err
+
+
+def test_the_shared_namespace_is_refused_in_a_cluster(repo_copy):
+    make_fleet(repo_copy, "")
+    env = repo_copy / "environments" / "eks.yaml"
+    env.write_text(env.read_text().replace("      caData: " + SECOND_CA,
+                                           "      caData: " + SECOND_CA + "\n      namespace: other"))
+    err = render_fails(repo_copy)
+    assert re.search(r"environments/eks\.yaml:\d+: clusters\.west-b\.target", err), err
+    assert "namespace" in err
+
+
+def test_two_clusters_on_one_server_are_refused(repo_copy):
+    make_fleet(repo_copy)
+    env = repo_copy / "environments" / "eks.yaml"
+    env.write_text(env.read_text().replace("https://eks-training-b.example.internal",
+                                           "https://eks-training.example.internal"))
+    err = render_fails(repo_copy)
+    assert "cluster 'eks' and cluster 'west-b'" in err or "cluster 'west-b' and cluster 'eks'" in err, err
+    assert "cluster server" in err
