@@ -19,6 +19,7 @@ class Versions:
     kuberay: str
     argocd: str
     training_operator: str
+    kueue: str
 
     @property
     def python_tag(self) -> str:
@@ -34,7 +35,7 @@ class Versions:
 def pinned(path: Path = VERSIONS_FILE) -> Versions:
     data = yaml.safe_load(Path(path).read_text()) or {}
     keys = {"kubernetes": "kubernetes", "ray": "ray", "python": "python", "debian": "debian", "kuberay": "kuberay",
-            "argocd": "argocd", "trainingOperator": "training_operator"}
+            "argocd": "argocd", "trainingOperator": "training_operator", "kueue": "kueue"}
     missing = sorted(set(keys) - set(data))
     if missing:
         raise ValueError(f"{path}: missing {', '.join(missing)}")

@@ -68,3 +68,33 @@ local function generationBehind(resource)
   end
   return nil
 end
+
+-- Kueue's objects (ClusterQueue, LocalQueue, AdmissionCheck, MultiKueueCluster) all report one condition, Active
+-- (sigs.k8s.io/kueue v0.17.0 apis/kueue/v1beta2): True when the object can do its work, False with a reason
+-- (FlavorNotFound, ClusterQueueDoesNotExist, ClientConnectionFailed...) when it cannot. `detail` is appended to a
+-- healthy message (the queue's counts).
+local function activeHealth(resource, what, detail)
+  local status = resource.status
+  local byType = conditionsByType(status and status.conditions or nil)
+  local active = byType["Active"]
+  if active == nil then
+    return result("Progressing", "Waiting for Kueue to activate the " .. what)
+  end
+  if active.status == "True" then
+    local m = what .. " is active"
+    if nonempty(detail) then
+      m = m .. ": " .. detail
+    end
+    return result("Healthy", m)
+  end
+  return result("Degraded", describe(what .. " is not active", active.reason, active.message))
+end
+
+-- "<pending> pending, <admitted> admitted" from a queue's status.
+local function queueCounts(status)
+  if status == nil then
+    return nil
+  end
+  return (tonumber(status.pendingWorkloads) or 0) .. " pending, " .. (tonumber(status.admittedWorkloads) or 0) ..
+    " admitted"
+end

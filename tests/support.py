@@ -35,3 +35,15 @@ def built_binary(component: str, binary: str, what: str):
     except components.BuildError as exc:
         pytest.fail(f"cannot build {what} from its module (Go >= 1.26 and the module proxy are needed): {exc}")
     return paths[binary]
+
+
+def go_module_dir(module: str, version: str) -> Path:
+    """An upstream Go module's source, read in place from Go's module cache (`go mod download`: from the module
+    proxy the first time); the test that needs it fails with Go's message when it cannot be had."""
+    import json
+    import pytest
+    proc = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True)
+    info = json.loads(proc.stdout or "{}") if proc.stdout.strip().startswith("{") else {}
+    if proc.returncode != 0 or not info.get("Dir"):
+        pytest.fail(f"go mod download {module}@{version} failed: {info.get('Error') or proc.stderr.strip()}")
+    return Path(info["Dir"])

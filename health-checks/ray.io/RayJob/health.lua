@@ -6,8 +6,27 @@
 -- Uses the shared prelude (health-checks/prelude.lua: result, nonempty, describe, conditionsByType, anyTrue,
 -- generationBehind), which the generator puts in front of it in argocd-cm.
 
+-- Kueue: a RayJob labelled with a queue is created suspended and unsuspended when Kueue admits it, so a suspended
+-- queued RayJob is waiting for quota, not paused by a person. One that MultiKueue dispatches (spec.managedBy) is
+-- run by a worker cluster's KubeRay and its status copied back, generation and all: the manager's own generation
+-- is never "observed" there, so no generation gate applies to it.
+local labels = (obj.metadata and obj.metadata.labels) or {}
+local queue = labels["kueue.x-k8s.io/queue-name"]
+local spec = obj.spec or {}
+local dispatched = spec.managedBy == "kueue.x-k8s.io/multikueue"
+local function waitingForQuota()
+  return result("Progressing", "Waiting for quota in LocalQueue " .. queue ..
+    ": Kueue starts the RayJob (spec.suspend false) when its ClusterQueue has room")
+end
+
 local status = obj.status
 if status == nil or next(status) == nil then
+  if dispatched then
+    return result("Progressing", "Waiting for MultiKueue to place the RayJob on a worker cluster")
+  end
+  if nonempty(queue) and spec.suspend == true then
+    return waitingForQuota()
+  end
   return result("Progressing", "Waiting for the KubeRay operator to pick up the RayJob")
 end
 
@@ -43,7 +62,7 @@ end
 
 -- The spec changed (e.g. spec.suspend flipped) and KubeRay has not caught up yet.
 local generation, observed = generationBehind(obj)
-if generation ~= nil then
+if generation ~= nil and not dispatched then
   return result("Progressing", "Waiting for KubeRay to observe generation " .. generation ..
     " of the RayJob (observed " .. observed .. ")")
 end
@@ -86,6 +105,9 @@ if deployment == "Suspending" then
   return result("Progressing", "Suspending the RayJob: deleting its RayCluster")
 end
 if deployment == "Suspended" then
+  if nonempty(queue) then
+    return waitingForQuota()
+  end
   return result("Suspended", "RayJob is suspended (spec.suspend is true); no RayCluster is running for it")
 end
 
