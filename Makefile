@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help up down setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image setup-image chart-schemas values test bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose audit retry watch bench-cluster scan
+.PHONY: help up down setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image setup-image chart-schemas values test test-fast bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose audit retry watch bench-cluster scan
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -47,6 +47,10 @@ values: setup-base ## print an environment's composed values (ENV=..., APP=... f
 test: setup ## ruff check (pyproject.toml's rules), then the whole test suite
 	@$(PY) -m ruff check .
 	@$(PY) -m pytest
+
+test-fast: setup ## the tests that start no Ray and build nothing from Go (the lanes: tests/conftest.py), for a quick loop
+	@$(PY) -m ruff check .
+	@$(PY) -m pytest -q -m "not e2e and not ray and not go"
 
 train: setup ## run a training job spec, locally or against RAY_ADDRESS (SPEC=..., OUTPUT=..., NAME=...)
 	@$(PY) -m training run $(or $(SPEC),training/examples/digits-torch.yaml) $(if $(OUTPUT),--output $(OUTPUT)) $(if $(NAME),--name $(NAME))

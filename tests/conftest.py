@@ -8,6 +8,35 @@ import pytest
 
 from tests.support import REPO
 
+# The lanes of `make test` (`make test-fast` runs neither of the slow ones): decided here from what a test uses, so
+# a new test lands in the right lane without a decorator to forget.
+RAY_FIXTURES = {"ray_session", "two_node_ray", "runner"}  # a local Ray, or `python -m training run` in a subprocess
+GO_FIXTURES = {"argocd_cli", "kubeconform"}  # an upstream component built from its Go module (cached after once)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & RAY_FIXTURES:
+            item.add_marker(pytest.mark.ray)
+        if names & GO_FIXTURES:
+            item.add_marker(pytest.mark.go)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Where the time of a run went, by lane (the figure CI prints beside its stages)."""
+    seconds: dict = {}
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if getattr(report, "when", None) is None or not hasattr(report, "duration"):
+                continue
+            keywords = getattr(report, "keywords", {})
+            lane = "ray" if "ray" in keywords else "go" if "go" in keywords else "fast"
+            seconds[lane] = seconds.get(lane, 0.0) + report.duration
+    if seconds:
+        terminalreporter.write_line("time by lane (setup + call + teardown): " + ", ".join(
+            f"{lane} {seconds[lane]:.0f} s" for lane in ("fast", "go", "ray") if lane in seconds))
+
 
 @pytest.fixture(scope="session")
 def repo_root() -> Path:

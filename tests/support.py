@@ -41,6 +41,7 @@ def go_module_dir(module: str, version: str) -> Path:
     """An upstream Go module's source, read in place from Go's module cache (`go mod download`: from the module
     proxy the first time); the test that needs it fails with Go's message when it cannot be had."""
     import json
+
     import pytest
     proc = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"], capture_output=True, text=True)
     info = json.loads(proc.stdout or "{}") if proc.stdout.strip().startswith("{") else {}
