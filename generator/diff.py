@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from . import argocd, environments, helm, manifests, render
+from .environments import CLUSTERS
 from .errors import RenderError
 
 
@@ -32,11 +33,12 @@ class Change:
 
 
 def _load_tree(root: Path) -> dict:
-    """{(env, app, file): data} of a rendered apps tree (argocd/'s generated files as environment 'argocd')."""
+    """{(env, app, file): data} of a rendered apps tree (argocd/'s generated files as environment 'argocd'); an app
+    rendered per cluster is the app `clusters/<cluster>/<app>`."""
     out = {}
-    for path in sorted(root.glob("*/*/*.yaml")):
-        env, app, name = path.relative_to(root).parts
-        out[(env, app, name)] = manifests.load(path.read_text())
+    for path in sorted([*root.glob("*/*/*.yaml"), *root.glob(f"*/{CLUSTERS}/*/*/*.yaml")]):
+        env, *app, name = path.relative_to(root).parts
+        out[(env, "/".join(app), name)] = manifests.load(path.read_text())
     return out
 
 

@@ -143,3 +143,16 @@ def test_the_list_of_what_was_left_out_is_cut_with_a_count_not_mid_name():
     assert last.startswith("- … and ") and last.endswith(" more"), last
     listed = md.split("more resource(s) not shown**", 1)[1].splitlines()[2:]
     assert listed and all(line.startswith("- `eks/job-") and line.endswith(".yaml` (changed)") for line in listed[:-1])
+
+
+def test_an_app_rendered_per_cluster_is_in_the_diff(tmp_path):
+    """An environment on several clusters renders some apps under apps/<env>/clusters/<cluster>/: the PR diff shows
+    them too, named by that path."""
+    base, head = tmp_path / "base", tmp_path / "head"
+    for root, subnet in ((base, "subnet-a"), (head, "subnet-b")):
+        write(root, "eks/clusters/west-b/platform/storageclass-fsx.yaml",
+              f"kind: StorageClass\nmetadata: {{name: fsx}}\nparameters: {{subnetId: {subnet}}}\n")
+        write(root, "eks/job-one/rayjob-one.yaml", "kind: RayJob\nmetadata: {name: one}\n")
+    changes = diff.compare(base, head)
+    assert [(c.env, c.app, c.resource, c.status) for c in changes] == [
+        ("eks", "clusters/west-b/platform", "storageclass-fsx.yaml", "changed")]
