@@ -186,7 +186,7 @@ def cmd_try(args) -> int:
     work = Path(current["git"]["work"])
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     codes = {}
-    for name in sorted(current["clusters"]):
+    for name in sorted({c.get("environment", key) for key, c in current["clusters"].items()}):
         print(f"[make up] following {name} until its Applications settle (make bootstrap ENV={name})", flush=True)
         codes[name] = subprocess.run([sys.executable, "-m", "ops", "--repo", str(work), "--kubeconfig",
                                       current["kubeconfig"], "bootstrap", "--env", name, "--timeout",
@@ -203,7 +203,8 @@ def _print_where_to_look(current: dict) -> None:
         real = cluster.get("real_node")
         kind = f"real node {real['name']}" if real else "kwok nodes"
         print(f"  {env} ({kind}): kubectl --kubeconfig {kubeconfig} --context {cluster['context']} get pods -A")
-        print(f"    status: {ops} status --env {env}      logs: {ops} logs --env {env} --job <job>")
+        name = cluster.get("environment", env)
+        print(f"    status: {ops} status --env {name}      logs: {ops} logs --env {name} --job <job>")
         if real:
             print(f"    Ray dashboard: http://{real.get('ip')}:30265 (minikube's dashboard NodePort on the node's "
                   "address)")

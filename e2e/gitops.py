@@ -28,7 +28,8 @@ def create_prerequisite_secrets(current: dict) -> list[str]:
     argocd-notifications-secret (which Argo CD's install creates empty). Returns what it created."""
     import secrets as token
     created = []
-    for env, cluster in current["clusters"].items():
+    for key, cluster in current["clusters"].items():
+        env = cluster.get("environment", key)  # one of an environment's clusters: its apps are the environment's
         kubeconfig, context = Path(cluster["kubeconfig"]), cluster["context"]
         for (namespace, name), keys in sorted(referenced_secrets(work_dir(current) / "apps" / env).items()):
             kube.kubectl(kubeconfig, context, "create", "namespace", namespace, check=False)
@@ -36,9 +37,9 @@ def create_prerequisite_secrets(current: dict) -> list[str]:
             out = kube.kubectl(kubeconfig, context, "-n", namespace, "create", "secret", "generic", name, *data,
                                check=False)
             if out:
-                created.append(f"{env}: {namespace}/{name} ({', '.join(sorted(keys))})")
+                created.append(f"{key}: {namespace}/{name} ({', '.join(sorted(keys))})")
     kubeconfig, context = management(current)
-    for env in current["clusters"]:
+    for env in sorted({c.get("environment", key) for key, c in current["clusters"].items()}):
         keys = notifications_keys(work_dir(current) / "argocd", env)
         if keys:
             patch = json.dumps({"stringData": {key: token.token_hex(16) for key in keys}})

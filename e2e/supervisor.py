@@ -62,6 +62,7 @@ class Run:
         self.real_nodes: list[real_node.RealNode] = []
         self.bins: dict = {}
         self.peak_rss = 0
+        self.environment_of: dict[str, str] = {}  # cluster key -> environment (environments())
 
     def log(self, message: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {message}"
@@ -74,15 +75,16 @@ class Run:
 
     # ------------------------------------------------------------------------------------------------------------
     def environments(self) -> list[tuple[str, str, str]]:
-        """(env, kubeconfig context, rendered server) of every environment that has e2e nodes."""
-        servers = world.cluster_servers(self.source)
+        """(cluster key, kubeconfig context, rendered server) of every cluster of an environment that has e2e nodes
+        (each cluster of an environment of several gets the environment's nodes, a control plane of its own)."""
         with_nodes = set(nodes.environments())
         out = []
-        for env, server in servers.items():
+        for key, (env, server) in world.cluster_servers(self.source).items():
             if env not in with_nodes:
                 self.log(f"environment {env} has no fake nodes in e2e/nodes.yaml: no e2e cluster for it")
                 continue
-            out.append((env, _context(self.source, env), server))
+            self.environment_of[key] = env
+            out.append((key, _context(self.source, key), server))
         # the management cluster (Argo CD's own) first
         return sorted(out, key=lambda e: (e[2] != IN_CLUSTER, e[0]))
 
@@ -94,7 +96,7 @@ class Run:
         envs = self.environments()
         if not envs:
             raise RuntimeError("no environment has an e2e cluster (e2e/nodes.yaml)")
-        real = [env for env, _context, _server in envs if nodes.real(env)]
+        real = [key for key, _context, _server in envs if nodes.real(self.environment_of[key])]
         if len(real) > 1:  # one kube-proxy and one NetworkPolicy enforcer own this host's iptables
             raise RuntimeError(f"e2e/nodes.yaml gives {', '.join(real)} a real node: this machine can be the node "
                                "of one environment; give the others kwok pools")
@@ -129,6 +131,7 @@ class Run:
         state.write(self.run_dir, status="ready", progress="ready", kubeconfig=str(kubeconfig),
                     management=management.env,
                     clusters={env: {"context": c.context, "server": c.server, "kubeconfig": str(c.kubeconfig),
+                                    "environment": self.environment_of[env],
                                     "ca": str(c.ca.pair.cert),
                                     **({"real_node": {"name": c.real_node.name, "ip": c.real_node.ip,
                                                       "containerd": str(c.real_node.containerd_socket)}}
@@ -146,7 +149,7 @@ class Run:
         """One environment's control plane with its nodes: a real one (this machine), or kwok's fake nodes with an
         egress proxy and a Ray job API stand-in."""
         cluster = controlplane.Cluster(env, context, self.run_dir / env, index)
-        real = nodes.real(env)
+        real = nodes.real(self.environment_of[env])
         if real:
             return self._start_real_cluster(cluster, real, bins, etcd_url, stages)
         self.step(f"starting the {env} control plane (kube-apiserver, controller-manager, scheduler, kwok)")
@@ -158,7 +161,7 @@ class Run:
         cluster.routes = routes
         cluster.prepare()
         cluster.start(self.sup, bins, etcd_url, stages)
-        kube.apply(cluster.kubeconfig, context, yaml.safe_dump_all(nodes.manifests(env)))
+        kube.apply(cluster.kubeconfig, context, yaml.safe_dump_all(nodes.manifests(self.environment_of[env])))
         ray_api = RayJobAPI(env, kube.api_client(cluster.kubeconfig, context), self.log)
         ray_api.start()
         routes.fallback = ray_api.route
@@ -261,15 +264,23 @@ class Run:
         self.log("[down] every process stopped")
 
 
-def _context(source: Path, env: str) -> str:
+def _member(source: Path, key: str):
+    """The composed environment of a cluster key (world.cluster_servers): an environment, or one of its clusters."""
     from generator import environments
-    return environments.load(source, env).doc["target"].get("context") or env
+    for name in environments.names(source):
+        for member in environments.members(environments.load(source, name)):
+            if member.app_prefix == key:
+                return member
+    raise KeyError(f"no environment or cluster of one renders the cluster {key!r}")
 
 
-def _training_image(source: Path, env: str) -> str:
+def _context(source: Path, key: str) -> str:
+    return _member(source, key).doc["target"].get("context") or key
+
+
+def _training_image(source: Path, key: str) -> str:
     """The image the environment's Ray clusters run (cluster.image), as the committed apps/ name it."""
-    from generator import environments
-    image = environments.load(source, env).doc["cluster"]["image"]
+    image = _member(source, key).doc["cluster"]["image"]
     return f"{image['repository']}:{image['tag']}"
 
 

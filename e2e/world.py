@@ -174,14 +174,17 @@ def repo_url(repo: Path) -> tuple[str, str]:
     return source["repoURL"], source.get("targetRevision", "HEAD")
 
 
-def cluster_servers(repo: Path) -> dict[str, str]:
-    """{environment: server} from the rendered cluster Secrets."""
+def cluster_servers(repo: Path) -> dict[str, tuple[str, str]]:
+    """{cluster key: (environment, server)} from the rendered cluster Secrets. The key is the environment's name on
+    a single-cluster environment; on one of several clusters, the prefix of that cluster's Application names (the
+    environment's name on its cluster keyed like it, `<env>-<cluster>` on the others)."""
     out = {}
     for path in sorted((repo / "argocd" / "managed").glob("secret-cluster-*.yaml")):
         doc = yaml.safe_load(path.read_text())
-        env = (doc["metadata"].get("labels") or {}).get("ray-gitops/environment")
+        labels = doc["metadata"].get("labels") or {}
+        env = labels.get("ray-gitops/environment")
         if env:
-            out[env] = doc["stringData"]["server"]
+            out[labels.get("ray-gitops/app-prefix", env)] = (env, doc["stringData"]["server"])
     return out
 
 

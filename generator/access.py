@@ -129,6 +129,8 @@ def codeowners(envs: list[Environment]) -> str:
             continue
         lines += [f"/environments/{env.name}.yaml {owners} {ml}", f"/apps/{env.name}/ {owners}",
                   f"/apps/{env.name}/ray-cluster/ {ml}", f"/apps/{env.name}/job-*/ {ml}"]
+        if env.fleet:  # workloads rendered per cluster (they differ between the environment's clusters)
+            lines += [f"/apps/{env.name}/clusters/*/ray-cluster/ {ml}", f"/apps/{env.name}/clusters/*/job-*/ {ml}"]
     return "\n".join(lines) + "\n"
 
 

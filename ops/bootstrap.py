@@ -50,9 +50,9 @@ def check_argocd(clients: Clients, target: Target) -> None:
 def referenced_secrets(apps_env_dir: Path, default_namespace: str = "default") -> dict[tuple[str, str], set[str]]:
     """{(namespace, Secret name): keys} the rendered workloads of an environment read from Secrets made out of git:
     env secretKeyRefs, and Ray token auth (authOptions.secretName, key auth_token, which KubeRay reads to call the
-    dashboard)."""
+    dashboard). Every app folder counts, a cluster's own (apps/<env>/clusters/<cluster>/<app>) too."""
     found: dict[tuple[str, str], set[str]] = {}
-    for path in sorted(apps_env_dir.glob("*/*.yaml")):
+    for path in sorted(apps_env_dir.rglob("*.yaml")):
         doc = yaml.safe_load(path.read_text()) or {}
         _secret_refs(doc, (doc.get("metadata") or {}).get("namespace", default_namespace), found)
     return found
@@ -130,10 +130,10 @@ FSX_FIX = ("install (or upgrade) the aws-fsx-csi-driver Helm chart with --set cs
            "the checkpoint root writable once (docs/eks.md)")
 
 
-def fsx_provisioned(apps_env_dir: Path) -> list[str]:
-    """The StorageClasses of the rendered environment that FSx for Lustre's CSI driver provisions."""
+def fsx_provisioned(files: list[Path]) -> list[str]:
+    """The StorageClasses among rendered files that FSx for Lustre's CSI driver provisions."""
     names = []
-    for path in sorted(apps_env_dir.glob("*/storageclass-*.yaml")):
+    for path in files:
         doc = yaml.safe_load(path.read_text()) or {}
         if doc.get("kind") == "StorageClass" and doc.get("provisioner") == FSX_DRIVER:
             names.append(doc["metadata"]["name"])
@@ -147,7 +147,7 @@ def checkpoint_storage_problems(clients: Clients, target: Target, root: Path) ->
     pkg/volume/csi/csi_mounter.go supportsFSGroup, lines 453-484: File always; otherwise ReadWriteOnce only)."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
-    classes = fsx_provisioned(root / "apps" / target.env)
+    classes = fsx_provisioned(target.rendered(root, "storageclass-*.yaml"))
     if not classes:
         return []
     try:
@@ -201,32 +201,47 @@ def settled(app: dict) -> bool:
 
 def expected_applications(root: Path, env: str) -> set[str]:
     """The Applications the rendered Argo CD layer makes for an environment: the ones in argocd/managed/ labelled
-    with it (the operators), and one per directory its ApplicationSet's git generator matches (apps/<env>/*), named
-    by the set's template. Argo CD creates them one sync wave after another, so bootstrap waits for all of them, not
-    only for the ones that exist so far."""
+    with it (the operators), and one per cluster and directory its ApplicationSet's git generator matches
+    (apps/<env>/*, and apps/<env>/clusters/<cluster>/* on an environment of several clusters, less the excluded
+    ones), named by the set's template for each of the environment's cluster Secrets. Argo CD creates them one sync
+    wave after another, so bootstrap waits for all of them, not only for the ones that exist so far."""
     names: set[str] = set()
-    for path in sorted((root / "argocd" / "managed").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if not isinstance(doc, dict) or ((doc.get("metadata") or {}).get("labels") or {}).get(
-                    "ray-gitops/environment") != env:
-                continue
-            if doc.get("kind") == "Application":
-                names.add(doc["metadata"]["name"])
-            elif doc.get("kind") == "ApplicationSet":
-                template = doc["spec"]["template"]["metadata"]["name"]
-                for directory in _git_directories(doc["spec"]["generators"]):
-                    for match in sorted(root.glob(directory)):
-                        if match.is_dir():
-                            names.add(template.replace("{{ .path.basename }}", match.name))
+    docs = [doc for path in sorted((root / "argocd" / "managed").glob("*.yaml"))
+            for doc in yaml.safe_load_all(path.read_text())
+            if isinstance(doc, dict) and ((doc.get("metadata") or {}).get("labels") or {}).get(
+                "ray-gitops/environment") == env]
+    clusters = [(doc["metadata"].get("labels") or {}) for doc in docs
+                if doc.get("kind") == "Secret" and (doc["metadata"].get("labels") or {}).get(
+                    "argocd.argoproj.io/secret-type") == "cluster"]
+    for doc in docs:
+        if doc.get("kind") == "Application":
+            names.add(doc["metadata"]["name"])
+        elif doc.get("kind") == "ApplicationSet":
+            template = doc["spec"]["template"]["metadata"]["name"]
+            for labels in clusters or [{}]:
+                def fill(text: str, labels=labels) -> str:
+                    for key, value in labels.items():
+                        text = text.replace(f'{{{{ index .metadata.labels "{key}" }}}}', value)
+                    return text
+                included, excluded = _git_directories(doc["spec"]["generators"])
+                skip = {m for pattern in excluded for m in root.glob(fill(pattern))}
+                for pattern in included:
+                    for match in sorted(root.glob(fill(pattern))):
+                        if match.is_dir() and match not in skip:
+                            names.add(fill(template).replace("{{ .path.basename }}", match.name))
     return names
 
 
-def _git_directories(generators: list) -> list[str]:
-    found = []
+def _git_directories(generators: list) -> tuple[list[str], list[str]]:
+    """(included, excluded) directory patterns of the git generators, matrices included."""
+    included, excluded = [], []
     for gen in generators or []:
-        found += [d["path"] for d in (gen.get("git") or {}).get("directories") or [] if not d.get("exclude")]
-        found += _git_directories((gen.get("matrix") or {}).get("generators"))
-    return found
+        for d in (gen.get("git") or {}).get("directories") or []:
+            (excluded if d.get("exclude") else included).append(d["path"])
+        more = _git_directories((gen.get("matrix") or {}).get("generators"))
+        included += more[0]
+        excluded += more[1]
+    return included, excluded
 
 
 def wait_settled(clients: Clients, target: Target, timeout: float, out=sys.stdout, poll: float = 3.0,

@@ -28,6 +28,14 @@ class Target:
     argocd_namespace: str
     kubeconfig: str | None
     doc: dict
+    cluster: str | None = None  # on an environment of several clusters, the one these commands act on
+
+    def rendered(self, root: Path, pattern: str = "*.yaml") -> list[Path]:
+        """The rendered files of this target's apps: apps/<env>/<app>/ and, on an environment of several clusters,
+        its own apps/<env>/clusters/<cluster>/<app>/."""
+        apps = root / "apps" / self.env
+        own = sorted(apps.glob(f"clusters/{self.cluster}/*/{pattern}")) if self.cluster else []
+        return sorted(apps.glob(f"*/{pattern}")) + own
 
 
 def kubeconfig_path(explicit: str | None = None) -> str | None:
@@ -50,14 +58,19 @@ def target(root: Path, env: str, kubeconfig: str | None = None) -> Target:
     from generator import environments
     from generator.errors import RenderError
     try:
-        doc = environments.load(root, env).doc
+        members = environments.members(environments.load(root, env))
     except RenderError as exc:
         raise OpsError(str(exc)) from None
+    # An environment of several clusters: the day-two commands act on the cluster keyed like the environment (its
+    # first, where Argo CD's Applications keep the environment's name), else the first listed. Argo CD's status
+    # covers every cluster's Applications either way.
+    member = next((m for m in members if m.cluster == env), members[0])
+    doc = member.doc
     argocd = (doc.get("gitops") or {}).get("argocd") or {}
     return Target(env=env, context=doc["target"].get("context") or env, namespace=doc["target"]["namespace"],
                   argocd_context=argocd.get("context") or doc["target"].get("context") or env,
                   argocd_namespace=argocd.get("namespace", "argocd"), kubeconfig=kubeconfig_path(kubeconfig),
-                  doc=doc)
+                  doc=doc, cluster=member.cluster)
 
 
 def reload(root: Path, tgt: Target) -> Target:

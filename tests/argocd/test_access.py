@@ -129,6 +129,8 @@ def test_codeowners_routes_the_platform_to_the_platform_team_and_jobs_to_their_e
         return found
     assert owners("argocd/managed/appproject-eks.yaml") == ["@example-org/platform"]
     assert owners("apps/eks/platform/resourcequota-platform.yaml") == ["@example-org/platform"]
+    assert owners("apps/eks/clusters/west-b/platform/storageclass-fsx-sc.yaml") == ["@example-org/platform"]
+    assert owners("apps/eks/clusters/west-b/job-cifar10-torch/rayjob-x.yaml") == ["@example-org/ml-eks"]
     assert owners("charts/ray-job/values.yaml") == ["@example-org/platform"]
     assert owners("apps/eks/job-cifar10-torch/rayjob-x.yaml") == ["@example-org/ml-eks"]
     assert owners("apps/minikube/job-digits-torch/rayjob-x.yaml") == ["@example-org/ml-engineers"]
@@ -137,8 +139,10 @@ def test_codeowners_routes_the_platform_to_the_platform_team_and_jobs_to_their_e
 
 
 def test_the_namespace_gives_the_groups_read_and_nothing_more():
-    for env, ml in (("eks", ML_EKS), ("minikube", ML)):
-        folder = REPO / "apps" / env / "platform"
+    for env, ml, folder in [(env, ml, folder) for env, ml in (("eks", ML_EKS), ("minikube", ML))
+                            for folder in [REPO / "apps" / env / "platform",
+                                           *sorted((REPO / "apps" / env).glob("clusters/*/platform"))]
+                            if folder.is_dir()]:
         role = yaml.safe_load((folder / "role-ray-gitops-training-reader.yaml").read_text())
         assert {verb for rule in role["rules"] for verb in rule["verbs"]} == {"get", "list", "watch"}
         for name, ref in (("rolebinding-ray-gitops-view.yaml", ("ClusterRole", "view")),

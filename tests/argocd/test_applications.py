@@ -12,6 +12,19 @@ from tests.support import REPO, run_generator
 
 MANAGED = REPO / "argocd" / "managed"
 ENVS = environments.names(REPO)
+# every cluster of every environment (an environment of several clusters: each, by its Applications' prefix)
+MEMBERS = {m.app_prefix: m for env in ENVS for m in environments.members(environments.load(REPO, env))}
+
+
+def servers(env):
+    return [m.doc["target"]["server"] for m in MEMBERS.values() if m.name == env]
+
+
+def held_apps(member):
+    """The root's Applications of one cluster of an environment: application-<prefix>-*.yaml of that cluster."""
+    apps = [load(p) for p in MANAGED.glob(f"application-{member.app_prefix}-*.yaml")]
+    return {a["metadata"]["name"]: a for a in apps
+            if (a["metadata"]["labels"].get("ray-gitops/cluster")) == member.cluster}
 
 
 def load(path):
@@ -56,7 +69,8 @@ def test_the_workload_project_is_one_namespace_of_this_repository_with_no_rbac_o
     assert not [k for k in project["namespaceResourceWhitelist"]
                 if k["group"] == "rbac.authorization.k8s.io" or scopes.is_cluster_scoped(k["kind"])]
     assert project["sourceRepos"] == [doc["gitops"]["repoURL"]]
-    assert project["destinations"] == [{"server": doc["target"]["server"], "namespace": doc["target"]["namespace"]}]
+    assert project["destinations"] == [{"server": server, "namespace": doc["target"]["namespace"]}
+                                       for server in servers(env)]
     assert "*" not in json.dumps(project)
 
 
@@ -64,7 +78,7 @@ def test_the_workload_project_is_one_namespace_of_this_repository_with_no_rbac_o
 def test_the_platform_project_serves_the_operators_and_the_platform_app(env):
     doc = environments.load(REPO, env).doc
     project = load(MANAGED / f"appproject-{env}-platform.yaml")["spec"]
-    assert {d["server"] for d in project["destinations"]} == {doc["target"]["server"]}
+    assert {d["server"] for d in project["destinations"]} == set(servers(env))
     assert {d["namespace"] for d in project["destinations"]} == {doc["target"]["namespace"], "kuberay-system", "kubeflow"}
     assert doc["gitops"]["repoURL"] in project["sourceRepos"]
     assert "*" not in json.dumps(project)
@@ -99,6 +113,10 @@ def gotemplate(value, params):
             node = node[part]  # KeyError = missingkey=error
         return str(node)
 
+    def label(match):
+        return str(params["metadata"]["labels"][match.group(1)])  # KeyError = missingkey=error
+
+    value = re.sub(r'\{\{\s*index \.metadata\.labels "([^"]+)"\s*\}\}', label, value)
     return re.sub(r"\{\{\s*\.([\w.]+)\s*\}\}", lookup, value)
 
 
@@ -110,15 +128,17 @@ def generate(appset):
     cluster_gen, other = matrix["matrix"]["generators"]
     selector = cluster_gen["clusters"]["selector"]["matchLabels"]
     clusters = [c for c in cluster_secrets() if all(c["metadata"]["labels"].get(k) == v for k, v in selector.items())]
-    if "git" in other:
-        directories = other["git"]["directories"]
+    if "list" in other:
+        return [{**row, **c} for c, row in itertools.product(clusters, other["list"]["elements"])]
+    out = []
+    for cluster in clusters:
+        # the second generator may use the first's parameters (its paths name the cluster's own folder)
+        directories = gotemplate(other["git"]["directories"], cluster)
         excluded = {p for d in directories if d.get("exclude") for p in REPO.glob(d["path"])}
         dirs = sorted(p for d in directories if not d.get("exclude") for p in REPO.glob(d["path"])
                       if p.is_dir() and p not in excluded)
-        rows = [{"path": {"path": str(d.relative_to(REPO)), "basename": d.name}} for d in dirs]
-    else:
-        rows = other["list"]["elements"]
-    return [{**row, **c} for c, row in itertools.product(clusters, rows)]
+        out += [{"path": {"path": str(d.relative_to(REPO)), "basename": d.name}, **cluster} for d in dirs]
+    return out
 
 
 @pytest.mark.parametrize("env", ENVS)
@@ -127,14 +147,20 @@ def test_one_application_per_app_directory(env):
     appset = load(MANAGED / f"applicationset-{env}.yaml")
     apps = [gotemplate(appset["spec"]["template"], p) for p in generate(appset)]
     names = sorted(a["metadata"]["name"] for a in apps)
-    expected = sorted(f"{env}-{d.name}" for d in (REPO / "apps" / env).iterdir() if d.is_dir() and d.name != "platform")
-    assert names == expected and len(names) >= 2
+    shared = [d for d in (REPO / "apps" / env).iterdir() if d.is_dir() and d.name not in ("platform", "clusters")]
+    where = {}  # Application name -> (source path, destination server)
+    for member in (m for m in MEMBERS.values() if m.name == env):
+        own = [d for d in (REPO / "apps" / env / "clusters" / str(member.cluster)).glob("*") if d.name != "platform"]
+        for d in shared + own:
+            where[f"{member.app_prefix}-{d.name}"] = (str(d.relative_to(REPO)), member.doc["target"]["server"])
+    assert names == sorted(where) and len(names) >= 2 * len(servers(env))
     for app in apps:
         spec = app["spec"]
         assert spec["project"] == env
-        assert spec["source"]["path"] == f"apps/{env}/{app['metadata']['name'][len(env) + 1:]}"
+        path, server = where[app["metadata"]["name"]]
+        assert spec["source"]["path"] == path
         assert spec["source"]["repoURL"] == doc["gitops"]["repoURL"]
-        assert spec["destination"] == {"server": doc["target"]["server"], "namespace": doc["target"]["namespace"]}
+        assert spec["destination"] == {"server": server, "namespace": doc["target"]["namespace"]}
         policy = spec["syncPolicy"]
         assert {"SkipDryRunOnMissingResource=true", "ServerSideApply=true"} <= set(policy["syncOptions"])
         # the namespace is the platform app's (labels, quota): a workload app must not create it first
@@ -157,14 +183,16 @@ def test_autoscaled_environment_ignores_worker_replicas():
     assert "ignoreDifferences" not in minikube
 
 
-@pytest.mark.parametrize("env", ENVS)
-def test_operators_are_pinned_applications_the_root_orders_before_the_apps(env):
+@pytest.mark.parametrize("prefix", sorted(MEMBERS))
+def test_operators_are_pinned_applications_the_root_orders_before_the_apps(prefix):
     """CRDs -> operators -> workloads, as waves of the root Application (which holds the operator Applications
-    and, through the Application health check in argocd-cm, waits for them to be Healthy)."""
-    apps = {load(p)["metadata"]["name"]: load(p) for p in MANAGED.glob(f"application-{env}-*.yaml")}
-    assert set(apps) == {f"{env}-kuberay-crds", f"{env}-kuberay-operator", f"{env}-training-operator",
-                         f"{env}-platform"}
-    src = {name[len(env) + 1:]: app["spec"]["source"] for name, app in apps.items()}
+    and, through the Application health check in argocd-cm, waits for them to be Healthy); on every cluster."""
+    member = MEMBERS[prefix]
+    env = member.name
+    apps = held_apps(member)
+    assert set(apps) == {f"{prefix}-kuberay-crds", f"{prefix}-kuberay-operator", f"{prefix}-training-operator",
+                         f"{prefix}-platform"}
+    src = {name[len(prefix) + 1:]: app["spec"]["source"] for name, app in apps.items()}
     assert src["kuberay-operator"]["targetRevision"] == "1.7.0" and src["kuberay-operator"]["chart"] == "kuberay-operator"
     assert src["kuberay-operator"]["helm"] == {"skipCrds": True}
     assert src["kuberay-crds"]["targetRevision"] == "v1.7.0"
@@ -172,32 +200,39 @@ def test_operators_are_pinned_applications_the_root_orders_before_the_apps(env):
         "repoURL": "https://github.com/kubeflow/trainer.git", "targetRevision": "v1.9.4",
         "path": "manifests/overlays/standalone"}
     wave = lambda doc: int(doc["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"])
-    doc = environments.load(REPO, env).doc
     for app in apps.values():
-        assert app["spec"]["destination"]["server"] == doc["target"]["server"]
+        assert app["spec"]["destination"]["server"] == member.doc["target"]["server"]
         assert "finalizers" not in app["metadata"], "removing an operator Application must not delete the operator"
         assert "ServerSideApply=true" in app["spec"]["syncPolicy"]["syncOptions"]
-        operator = app["metadata"]["name"] != f"{env}-platform"
+        operator = app["metadata"]["name"] != f"{prefix}-platform"
         assert ("CreateNamespace=true" in app["spec"]["syncPolicy"]["syncOptions"]) == operator
     assert (wave(load(MANAGED / f"appproject-{env}-platform.yaml")) == wave(load(MANAGED / f"appproject-{env}.yaml"))
-            < wave(apps[f"{env}-kuberay-crds"]) < wave(apps[f"{env}-kuberay-operator"])
-            <= wave(apps[f"{env}-training-operator"]) < wave(apps[f"{env}-platform"])
+            < wave(apps[f"{prefix}-kuberay-crds"]) < wave(apps[f"{prefix}-kuberay-operator"])
+            <= wave(apps[f"{prefix}-training-operator"]) < wave(apps[f"{prefix}-platform"])
             < wave(load(MANAGED / f"applicationset-{env}.yaml")))
 
 
-@pytest.mark.parametrize("env", ENVS)
-def test_the_platform_app_is_held_by_the_root_and_not_generated(env):
-    """apps/<env>/platform lands before any workload (its namespace's Pod Security labels and quota exist before a
-    pod): the root holds it at a wave before the ApplicationSet, which leaves the folder out."""
-    app = load(MANAGED / f"application-{env}-platform.yaml")
-    doc = environments.load(REPO, env).doc
+@pytest.mark.parametrize("prefix", sorted(MEMBERS))
+def test_the_platform_app_is_held_by_the_root_and_not_generated(prefix):
+    """apps/<env>/platform (or a cluster's own apps/<env>/clusters/<cluster>/platform) lands before any workload
+    (its namespace's Pod Security labels and quota exist before a pod): the root holds it at a wave before the
+    ApplicationSet, which leaves the folder out."""
+    member = MEMBERS[prefix]
+    env = member.name
+    app = load(MANAGED / f"application-{prefix}-platform.yaml")
+    doc = member.doc
+    own = REPO / "apps" / env / "clusters" / str(member.cluster) / "platform"
+    path = str(own.relative_to(REPO)) if own.is_dir() else f"apps/{env}/platform"
     assert app["spec"]["source"] == {"repoURL": doc["gitops"]["repoURL"], "targetRevision":
-                                     doc["gitops"]["targetRevision"], "path": f"apps/{env}/platform"}
+                                     doc["gitops"]["targetRevision"], "path": path}
     assert app["spec"]["destination"] == {"server": doc["target"]["server"], "namespace": doc["target"]["namespace"]}
     appset = load(MANAGED / f"applicationset-{env}.yaml")
     (matrix,) = appset["spec"]["generators"]
     git = matrix["matrix"]["generators"][1]["git"]
     assert {"path": f"apps/{env}/platform", "exclude": True} in git["directories"]
+    if member.cluster is not None:
+        cluster = '{{ index .metadata.labels "ray-gitops/cluster" }}'
+        assert {"path": f"apps/{env}/clusters/{cluster}/platform", "exclude": True} in git["directories"]
     cm = load(MANAGED / "configmap-argocd-cm.yaml")
     assert "resource.customizations.health.argoproj.io_Application" in cm["data"], "waves on Applications need it"
 

@@ -76,7 +76,14 @@ class Harness:
     # --- clusters ---------------------------------------------------------------------------------------------
     @property
     def envs(self) -> list[str]:
-        return sorted(self.current["clusters"])
+        """The environments with an e2e cluster (the clusters whose key is an environment's name: an environment
+        of several clusters is its cluster keyed like it here; the others are `clusters`, by key)."""
+        return sorted(key for key, c in self.current["clusters"].items() if c.get("environment", key) == key)
+
+    @property
+    def clusters(self) -> dict:
+        """{cluster key: {environment, context, server, ...}} of every e2e cluster."""
+        return self.current["clusters"]
 
     def context(self, env: str) -> str:
         return self.current["clusters"][env]["context"]

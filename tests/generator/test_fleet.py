@@ -1,34 +1,38 @@
 """An environment on several clusters (`clusters:`): each cluster a layer of its own, rendered per cluster only where
 it differs, one Argo CD cluster Secret and set of Applications per cluster with names that stay unique, projects on
 exactly the environment's clusters, and the consistency contract refusing a per-cluster value that must be shared."""
+import json
 import re
+import shutil
 
 import yaml
 
-from tests.support import run_generator, tree_digest
+from tests.support import REPO, run_generator, tree_digest
 
-SECOND_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="
-FLEET = """
-clusters:
-  eks:
-    target:
-      server: https://eks-training.example.internal
-      caData: {ca}
-      clusterName: eks-training
-      context: eks-training
-  west-b:
-    target:
-      server: https://eks-training-b.example.internal
-      caData: {second}
-    vars:
-      fsxSubnetId: subnet-0bbbbbbbbbbbbbbbb
-"""
+SECOND = "https://eks-training-b.example.internal"
+HOME = "https://eks-training.example.internal"
+
+
+def make_single(root) -> None:
+    """environments/eks.yaml as it was before it had two clusters: its first cluster's target at the top."""
+    env = root / "environments" / "eks.yaml"
+    text = env.read_text()
+    doc = yaml.safe_load(text)
+    home = doc["clusters"]["eks"]["target"]
+    start = text.index("\n# Two EKS clusters, one environment")
+    end = text.index("\n# Change windows for the platform")
+    target = "".join(f"  {line}\n" for line in yaml.safe_dump(home, sort_keys=False, width=10000).splitlines())
+    text = text[:start] + "\n" + text[end:]
+    text = text.replace("target:\n  namespace: ray-training\n", "target:\n  namespace: ray-training\n" + target, 1)
+    env.write_text(text)
 
 
 def make_fleet(root, extra: str = "") -> None:
-    env = root / "environments" / "eks.yaml"
-    ca = yaml.safe_load(env.read_text())["target"]["caData"]
-    env.write_text(env.read_text() + FLEET.format(ca=ca, second=SECOND_CA) + extra)
+    """The committed eks (two clusters), with `extra` added to its second cluster's entry."""
+    if extra:
+        env = root / "environments" / "eks.yaml"
+        env.write_text(env.read_text().replace("      fsxSecurityGroupId: sg-0fedcba9876543210\n",
+                                               "      fsxSecurityGroupId: sg-0fedcba9876543210\n" + extra, 1))
 
 
 def render(root, *args):
@@ -43,8 +47,11 @@ def managed(root, name) -> dict:
 
 def test_a_fleet_renders_shared_apps_once_and_per_cluster_values_per_cluster(repo_copy):
     before = tree_digest(repo_copy / "apps" / "minikube")
+    make_single(repo_copy)
+    render(repo_copy)
     jobs = sorted(p.name for p in (repo_copy / "apps" / "eks").iterdir() if p.name.startswith("job-"))
-    make_fleet(repo_copy)
+    assert (repo_copy / "apps" / "eks" / "platform").is_dir() and not (repo_copy / "apps" / "eks" / "clusters").exists()
+    shutil.copy(REPO / "environments" / "eks.yaml", repo_copy / "environments" / "eks.yaml")
     render(repo_copy)
     eks = repo_copy / "apps" / "eks"
     # the jobs and the standing Ray cluster are the same on both clusters: rendered once, in the shared layer
@@ -54,63 +61,64 @@ def test_a_fleet_renders_shared_apps_once_and_per_cluster_values_per_cluster(rep
     assert not (eks / "platform").exists()
     own = {c: "".join(p.read_text() for p in (eks / "clusters" / c / "platform").glob("*.yaml"))
            for c in ("eks", "west-b")}
-    assert "subnet-0bbbbbbbbbbbbbbbb" in own["west-b"] and "subnet-0bbbbbbbbbbbbbbbb" not in own["eks"]
+    assert "subnet-0fedcba9876543210" in own["west-b"] and "subnet-0fedcba9876543210" not in own["eks"]
     assert "subnet-0123456789abcdef0" in own["eks"] and "subnet-0123456789abcdef0" not in own["west-b"]
     assert not list((eks / "clusters").glob("*/job-*")), "nothing shared is rendered per cluster"
-    # another environment is untouched, and the render is deterministic
+    # another environment is untouched, the committed tree is this render, and the render is deterministic
     assert tree_digest(repo_copy / "apps" / "minikube") == before
+    assert tree_digest(eks) == tree_digest(REPO / "apps" / "eks")
     first = tree_digest(repo_copy / "apps"), tree_digest(repo_copy / "argocd")
     render(repo_copy)
     assert (tree_digest(repo_copy / "apps"), tree_digest(repo_copy / "argocd")) == first
 
 
 def test_each_cluster_gets_its_secret_operators_and_platform_with_unique_names(repo_copy):
+    make_single(repo_copy)
+    render(repo_copy)
     single = {p.name for p in (repo_copy / "argocd" / "managed").glob("*eks*")}
-    make_fleet(repo_copy)
+    shutil.copy(REPO / "environments" / "eks.yaml", repo_copy / "environments" / "eks.yaml")
     render(repo_copy)
     files = {p.name for p in (repo_copy / "argocd" / "managed").glob("*eks*")}
-    # the cluster named like the environment keeps every name it had: making eks a fleet renames (deletes) nothing
+    # the cluster keyed like the environment keeps every name it had: making eks a fleet renames (deletes) nothing
     assert single <= files
     assert files - single == {"secret-cluster-eks-west-b.yaml", "application-eks-west-b-kuberay-crds.yaml",
                               "application-eks-west-b-kuberay-operator.yaml",
                               "application-eks-west-b-training-operator.yaml", "application-eks-west-b-platform.yaml"}
     secret = managed(repo_copy, "secret-cluster-eks-west-b.yaml")
-    assert secret["stringData"]["server"] == "https://eks-training-b.example.internal"
-    assert secret["stringData"]["name"] == "west-b", "a cluster's Argo CD name defaults to its key"
+    assert secret["stringData"]["server"] == SECOND and secret["stringData"]["name"] == "eks-training-b"
     assert secret["metadata"]["labels"]["ray-gitops/cluster"] == "west-b"
     assert secret["metadata"]["labels"]["ray-gitops/app-prefix"] == "eks-west-b"
-    assert json_config(secret)["tlsClientConfig"]["caData"] == SECOND_CA
+    assert json.loads(secret["stringData"]["config"])["awsAuthConfig"]["clusterName"] == "eks-training-b"
     home = managed(repo_copy, "secret-cluster-eks.yaml")
-    assert home["metadata"]["labels"]["ray-gitops/app-prefix"] == "eks"
+    assert home["metadata"]["labels"]["ray-gitops/app-prefix"] == "eks" and home["stringData"]["server"] == HOME
     platform = managed(repo_copy, "application-eks-west-b-platform.yaml")
     assert platform["spec"]["source"]["path"] == "apps/eks/clusters/west-b/platform"
-    assert platform["spec"]["destination"]["server"] == "https://eks-training-b.example.internal"
+    assert platform["spec"]["destination"]["server"] == SECOND
     operator = managed(repo_copy, "application-eks-west-b-kuberay-operator.yaml")
-    assert operator["spec"]["destination"]["server"] == "https://eks-training-b.example.internal"
-    assert operator["spec"]["project"] == "eks-platform"
+    assert operator["spec"]["destination"]["server"] == SECOND and operator["spec"]["project"] == "eks-platform"
 
 
-def json_config(secret):
-    import json
-    return json.loads(secret["stringData"]["config"])
-
-
-def test_projects_cover_exactly_the_environments_clusters(repo_copy):
-    make_fleet(repo_copy)
+def test_a_clusters_name_and_context_default_to_its_key(repo_copy):
+    env = repo_copy / "environments" / "eks.yaml"
+    env.write_text(env.read_text().replace("      clusterName: eks-training-b\n      context: eks-training-b\n", ""))
     render(repo_copy)
-    servers = {"https://eks-training.example.internal", "https://eks-training-b.example.internal"}
-    workload = managed(repo_copy, "appproject-eks.yaml")
-    assert {d["server"] for d in workload["spec"]["destinations"]} == servers
+    assert managed(repo_copy, "secret-cluster-eks-west-b.yaml")["stringData"]["name"] == "west-b"
+    from generator import environments
+    [_, west] = environments.members(environments.load(repo_copy, "eks"))
+    assert west.doc["target"]["context"] == "west-b" and west.app_prefix == "eks-west-b"
+
+
+def test_projects_cover_exactly_the_environments_clusters():
+    workload = managed(REPO, "appproject-eks.yaml")
+    assert {d["server"] for d in workload["spec"]["destinations"]} == {HOME, SECOND}
     assert {d["namespace"] for d in workload["spec"]["destinations"]} == {"ray-training"}
-    platform = managed(repo_copy, "appproject-eks-platform.yaml")
-    assert {d["server"] for d in platform["spec"]["destinations"]} == servers
+    platform = managed(REPO, "appproject-eks-platform.yaml")
+    assert {d["server"] for d in platform["spec"]["destinations"]} == {HOME, SECOND}
     assert len(platform["spec"]["destinations"]) == 2 * 3  # each server x (env, kuberay, kubeflow namespaces)
 
 
-def test_one_applicationset_generates_shared_and_per_cluster_apps_by_the_clusters_prefix(repo_copy):
-    make_fleet(repo_copy)
-    render(repo_copy)
-    appset = managed(repo_copy, "applicationset-eks.yaml")
+def test_one_applicationset_generates_shared_and_per_cluster_apps_by_the_clusters_prefix():
+    appset = managed(REPO, "applicationset-eks.yaml")
     matrix = appset["spec"]["generators"][0]["matrix"]["generators"]
     assert matrix[0] == {"clusters": {"selector": {"matchLabels": {"ray-gitops/environment": "eks"}}}}
     dirs = matrix[1]["git"]["directories"]
@@ -123,9 +131,12 @@ def test_one_applicationset_generates_shared_and_per_cluster_apps_by_the_cluster
 
 
 def test_a_single_cluster_environment_renders_as_before(repo_copy):
-    before = tree_digest(repo_copy / "apps"), tree_digest(repo_copy / "argocd")
+    before = tree_digest(repo_copy / "apps" / "minikube")
+    appset = (repo_copy / "argocd" / "managed" / "applicationset-minikube.yaml").read_text()
     render(repo_copy)
-    assert (tree_digest(repo_copy / "apps"), tree_digest(repo_copy / "argocd")) == before
+    assert tree_digest(repo_copy / "apps" / "minikube") == before
+    assert (repo_copy / "argocd" / "managed" / "applicationset-minikube.yaml").read_text() == appset
+    assert "{{ .path.basename }}" in appset and "app-prefix" not in appset
 
 
 def render_fails(root) -> str:
@@ -144,27 +155,24 @@ def test_a_value_every_cluster_must_share_is_refused_in_a_cluster_with_its_place
     make_fleet(repo_copy, "    exposeDashboard: true\n")
     err = render_fails(repo_copy)
     env = repo_copy / "environments" / "eks.yaml"
-    line = len(env.read_text().splitlines())
+    line = line_of(env, "    exposeDashboard: true")
     assert f"environments/eks.yaml:{line}: clusters.west-b.exposeDashboard: unknown key" in err, err
     assert "known keys here: description, target, vars" in err
     assert "Traceback" not in err
 
 
 def test_the_shared_namespace_is_refused_in_a_cluster(repo_copy):
-    make_fleet(repo_copy, "")
     env = repo_copy / "environments" / "eks.yaml"
-    env.write_text(env.read_text().replace("      caData: " + SECOND_CA,
-                                           "      caData: " + SECOND_CA + "\n      namespace: other"))
+    env.write_text(env.read_text().replace("      context: eks-training-b\n",
+                                           "      context: eks-training-b\n      namespace: other\n"))
     err = render_fails(repo_copy)
     assert re.search(r"environments/eks\.yaml:\d+: clusters\.west-b\.target", err), err
     assert "namespace" in err
 
 
 def test_two_clusters_on_one_server_are_refused(repo_copy):
-    make_fleet(repo_copy)
     env = repo_copy / "environments" / "eks.yaml"
-    env.write_text(env.read_text().replace("https://eks-training-b.example.internal",
-                                           "https://eks-training.example.internal"))
+    env.write_text(env.read_text().replace(SECOND, HOME))
     err = render_fails(repo_copy)
     assert "cluster 'eks' and cluster 'west-b'" in err or "cluster 'west-b' and cluster 'eks'" in err, err
     assert "cluster server" in err

@@ -88,9 +88,9 @@ def test_jobs_run_the_training_entrypoint_with_their_spec():
 
 
 def test_eks_checkpoints_on_fsx_on_every_ray_pod():
-    pvc = load("eks/platform/persistentvolumeclaim-fsx-claim.yaml")
+    pvc = load("eks/clusters/eks/platform/persistentvolumeclaim-fsx-claim.yaml")
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"] and pvc["spec"]["storageClassName"] == "fsx-sc"
-    sc = load("eks/platform/storageclass-fsx-sc.yaml")
+    sc = load("eks/clusters/eks/platform/storageclass-fsx-sc.yaml")
     assert sc["provisioner"] == "fsx.csi.aws.com" and sc["reclaimPolicy"] == "Retain"
     for rel in ("eks/ray-cluster/raycluster-eks-ray.yaml", "eks/job-digits-torch/rayjob-digits-torch-*.yaml"):
         doc = load(rel)

@@ -51,7 +51,9 @@ def test_world_map_touches_only_argocd_and_only_the_endpoints(tmp_path):
                                             "apiVersion": "client.authentication.k8s.io/v1beta1"}
     assert base64.b64decode(config["tlsClientConfig"]["caData"]).startswith(b"-----BEGIN CERTIFICATE-----\nE2E")
     project = yaml.safe_load((root / "argocd/managed/appproject-eks.yaml").read_text())
-    assert {d["server"] for d in project["spec"]["destinations"]} == {"https://127.0.0.1:6443"}
+    # the map names eks's first cluster only here: its second keeps its committed server
+    assert {d["server"] for d in project["spec"]["destinations"]} == {"https://127.0.0.1:6443",
+                                                                      "https://eks-training-b.example.internal"}
     # what the map does not name stays as committed (the upstream Helm repository here)
     app = yaml.safe_load((root / "argocd/managed/application-eks-kuberay-operator.yaml").read_text())
     assert app["spec"]["source"]["repoURL"] == "https://ray-project.github.io/kuberay-helm/"

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from ops import bootstrap
-from ops.targets import OpsError
+from ops.targets import OpsError, target
 from tests.support import REPO
 
 
@@ -17,8 +17,12 @@ from tests.support import REPO
 def test_expected_are_the_operator_apps_and_one_per_app_directory(env):
     expected = bootstrap.expected_applications(REPO, env)
     operators = {f"{env}-{name}" for name in ("kuberay-crds", "kuberay-operator", "training-operator")}
-    dirs = {f"{env}-{d.name}" for d in (REPO / "apps" / env).iterdir() if d.is_dir()}
-    assert expected == operators | dirs
+    dirs = {f"{env}-{d.name}" for d in (REPO / "apps" / env).iterdir() if d.is_dir() and d.name != "clusters"}
+    dirs |= {f"{env}-{d.name}" for d in (REPO / "apps" / env).glob(f"clusters/{env}/*")}
+    assert {name for name in expected if not name.startswith(f"{env}-west-b-")} == operators | dirs
+    if env == "eks":  # its second cluster: the same apps again under its own prefix (docs/argocd.md)
+        assert {name.replace("eks-west-b-", "eks-", 1) for name in expected if name.startswith("eks-west-b-")} \
+            == operators | dirs
 
 
 def test_a_removed_app_directory_is_no_longer_expected(tmp_path):
@@ -88,20 +92,14 @@ class Clients:
         return None
 
 
-class FsxTarget:
-    env, context = "eks", "eks-training"
-
-
 def storage_problems(monkeypatch, policy, env="eks"):
     from kubernetes import client
     monkeypatch.setattr(client, "StorageV1Api", StorageApi(policy))
-    target = FsxTarget()
-    target.env = env
-    return bootstrap.checkpoint_storage_problems(Clients(), target, REPO)
+    return bootstrap.checkpoint_storage_problems(Clients(), target(REPO, env), REPO)
 
 
 def test_fsx_checkpoints_need_the_driver_with_fs_group_policy_file(monkeypatch):
-    assert bootstrap.fsx_provisioned(REPO / "apps" / "eks") == ["fsx-sc"]
+    assert bootstrap.fsx_provisioned(target(REPO, "eks").rendered(REPO, "storageclass-*.yaml")) == ["fsx-sc"]
     assert storage_problems(monkeypatch, "File") == []
     [missing] = storage_problems(monkeypatch, None)
     assert "no CSIDriver fsx.csi.aws.com on context eks-training" in missing and "fsx-sc" in missing
@@ -113,5 +111,5 @@ def test_fsx_checkpoints_need_the_driver_with_fs_group_policy_file(monkeypatch):
 
 
 def test_an_environment_without_fsx_checks_no_driver(monkeypatch):
-    assert bootstrap.fsx_provisioned(REPO / "apps" / "minikube") == []
+    assert bootstrap.fsx_provisioned(target(REPO, "minikube").rendered(REPO, "storageclass-*.yaml")) == []
     assert storage_problems(monkeypatch, None, env="minikube") == []

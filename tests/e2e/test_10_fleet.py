@@ -1,0 +1,91 @@
+"""One environment on two clusters (environments/eks.yaml `clusters:` eks and west-b): the e2e runs a control plane
+for each (three in all, with minikube's), Argo CD syncs every Application of both from the one ApplicationSet and
+the root, each cluster's own values (its FSx subnet) are on that cluster only, and the shared apps (the jobs, the
+standing Ray cluster) run on both. Prints the budgets: time for each cluster to converge, memory per control plane."""
+from __future__ import annotations
+
+import subprocess
+from datetime import datetime
+
+from tests.e2e.harness import BUDGETS, wait_for
+
+ENV, SECOND = "eks", "eks-west-b"
+SUBNETS = {"eks": "subnet-0123456789abcdef0", SECOND: "subnet-0fedcba9876543210"}
+
+
+def _apps_of(e2e, key: str) -> list[dict]:
+    cluster = key.removeprefix(f"{ENV}-") if key != ENV else ENV
+    return [a for a in e2e.apps() if ((a["metadata"].get("labels") or {}).get("ray-gitops/cluster")) == cluster]
+
+
+def test_each_cluster_of_the_environment_is_a_cluster_of_its_own(e2e):
+    assert e2e.clusters[SECOND]["environment"] == ENV and e2e.clusters[ENV]["environment"] == ENV
+    assert e2e.clusters[SECOND]["server"] != e2e.clusters[ENV]["server"]
+    assert e2e.envs == sorted({c["environment"] for c in e2e.clusters.values()}), "a cluster is not an environment"
+
+
+def test_every_application_of_both_clusters_is_synced_and_healthy_on_its_own_cluster(e2e, bootstrapped):
+    def check():
+        apps = {key: _apps_of(e2e, key) for key in (ENV, SECOND)}
+        problems = [f"{key}: no Applications" for key, found in apps.items() if not found]
+        problems += [e2e.describe(a) for found in apps.values() for a in found if not e2e.synced_healthy(a)]
+        return not problems, "; ".join(problems)
+    wait_for(check, 420, 5, "the Applications of eks's two clusters")
+    for key in (ENV, SECOND):
+        apps = _apps_of(e2e, key)
+        # the same apps on both clusters, each Application aimed at its own cluster (the world map's server)
+        assert {a["spec"]["destination"]["server"] for a in apps} == {e2e.clusters[key]["server"]}, key
+    names = {key: {a["metadata"]["labels"]["ray-gitops/app"] for a in _apps_of(e2e, key)} for key in (ENV, SECOND)}
+    assert names[ENV] == names[SECOND] and {"platform", "ray-cluster", "kuberay-operator"} <= names[ENV]
+
+
+def test_each_clusters_own_values_are_on_that_cluster_only(e2e, bootstrapped):
+    from kubernetes import client
+
+    def subnet(key):
+        try:
+            sc = client.StorageV1Api(e2e.api(key)).read_storage_class("fsx-sc")
+        except client.ApiException:
+            return None
+        return (sc.parameters or {}).get("subnetId")
+    wait_for(lambda: ({k: subnet(k) for k in SUBNETS} == SUBNETS, {k: subnet(k) for k in SUBNETS}), 240, 5,
+             "each cluster's StorageClass with its own subnet")
+
+
+def test_the_shared_apps_run_on_both_clusters(e2e, bootstrapped):
+    def rayclusters(key):
+        return sorted(c["metadata"]["name"] for c in e2e.objects(key, ("ray.io", "v1"), "rayclusters",
+                                                                  namespace=e2e.namespace(ENV))
+                      if not (c["metadata"].get("ownerReferences")))
+    wait_for(lambda: (rayclusters(ENV) and rayclusters(ENV) == rayclusters(SECOND),
+                      {k: rayclusters(k) for k in (ENV, SECOND)}), 240, 5, "the standing RayCluster on both clusters")
+
+
+def test_budgets_time_to_converge_and_memory_per_control_plane(e2e, bootstrapped):
+    root = next(a for a in e2e.apps() if a["metadata"]["name"] == "ray-gitops")
+    start = _time(root["metadata"]["creationTimestamp"])
+    for key in sorted(e2e.clusters):
+        healthy = [(a.get("status") or {}).get("health", {}).get("lastTransitionTime") for a in _apps_of(e2e, key)
+                   if key in (ENV, SECOND)]
+        if healthy and all(healthy):
+            BUDGETS[f"cluster {key}: every Application Healthy after the root's creation (s)"] = round(
+                max(_time(t) for t in healthy) - start)
+        BUDGETS[f"cluster {key}: control plane memory (MiB, apiserver + controller-manager + scheduler + kwok)"] = \
+            round(_control_plane_rss(e2e, key) / 2**20)
+    print({k: v for k, v in BUDGETS.items() if k.startswith("cluster ")})
+    assert all(BUDGETS[f"cluster {k}: control plane memory (MiB, apiserver + controller-manager + scheduler + kwok)"]
+               > 0 for k in e2e.clusters)
+
+
+def _time(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def _control_plane_rss(e2e, key: str) -> int:
+    """The resident memory of the processes whose command line names this cluster's own directory."""
+    from pathlib import Path
+    directory = str(Path(e2e.clusters[key]["kubeconfig"]).parent)
+    out = subprocess.run(["ps", "-eo", "rss=,args="], capture_output=True, text=True).stdout
+    names = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+    return sum(int(line.split(None, 1)[0]) * 1024 for line in out.splitlines()
+               if directory + "/" in line and any(n in line.split(None, 2)[1] for n in names))
