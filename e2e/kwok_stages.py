@@ -150,10 +150,40 @@ def _not_held(stage: str) -> str:
     return head + NOT_HELD + sep + tail
 
 
-def write(path: Path, module_dir: Path | None = None) -> Path:
+# The job pods of a training run: a RayJob's submitter (a Job's pod) and a PyTorchJob's pods.
+JOB_POD_LABELS = ("batch.kubernetes.io/job-name", "training.kubeflow.org/job-name")
+AUTO_FINISH_SECONDS = 20
+
+
+def _auto_finish_stage(label: str, index: int) -> str:
+    """A job pod that nobody ends on demand succeeds AUTO_FINISH_SECONDS after it runs: the stand-in for training
+    on the e2e clusters whose jobs no scenario drives (the second cluster of an environment of several)."""
+    stage = _finish_stage(f"e2e-job-pod-auto-succeed-{index}", True)
+    stage = stage.replace(f"""    - key: '.metadata.annotations["{EXIT_CODE}"]'
+      operator: 'In'
+      values: ['0']
+    - key: '.metadata.annotations["{EXIT_CODE}"]'
+      operator: 'Exists'
+""", f"""    - key: '.metadata.annotations["{EXIT_CODE}"]'
+      operator: 'DoesNotExist'
+    - key: '.metadata.labels["{label}"]'
+      operator: 'Exists'
+""")
+    stage = stage.replace("  weight: 10000\n", f"  weight: 10000\n  delay:\n    durationMilliseconds: {AUTO_FINISH_SECONDS * 1000}\n")
+    stage = stage.replace(f'      {{{{ $code := index $annotations "{EXIT_CODE}" }}}}\n', "").replace(
+        "exitCode: {{ $code }}", "exitCode: 0")
+    if "DoesNotExist'\n    - key: '.metadata.labels" not in stage or "delay:" not in stage:
+        raise ValueError("the finish stage changed shape: the auto-finish stage cannot be made from it")
+    return stage
+
+
+def write(path: Path, module_dir: Path | None = None, auto_finish_jobs: bool = False) -> Path:
+    """The stages of one kwok; with auto_finish_jobs, job pods also end by themselves (_auto_finish_stage)."""
     stage_dir = (module_dir or kwok_module_dir()) / "kustomize" / "stage"
     docs = [(stage_dir / rel).read_text() for rel in UPSTREAM]
     docs = [_not_held(doc) if rel.endswith("pod-ready.yaml") else doc for rel, doc in zip(UPSTREAM, docs, strict=True)]
     docs += [_finish_stage("e2e-pod-succeed", True), _finish_stage("e2e-pod-fail", False), HOLD_STAGE]
+    if auto_finish_jobs:
+        docs += [_auto_finish_stage(label, i) for i, label in enumerate(JOB_POD_LABELS)]
     path.write_text("\n---\n".join(doc.strip() + "\n" for doc in docs))
     return path

@@ -103,8 +103,11 @@ class Run:
         self.step("starting etcd")
         etcd_url = controlplane.start_etcd(self.sup, bins, self.run_dir)
         stages = kwok_stages.write(self.run_dir / "kwok-stages.yaml")
+        # the second cluster of an environment of several: no scenario drives its jobs, they end by themselves
+        auto = kwok_stages.write(self.run_dir / "kwok-stages-auto-finish.yaml", auto_finish_jobs=True)
         for index, (env, context, _server) in enumerate(envs):
-            self.clusters[env] = self._start_cluster(index, env, context, bins, etcd_url, stages)
+            own = stages if self.environment_of[env] == env else auto
+            self.clusters[env] = self._start_cluster(index, env, context, bins, etcd_url, own)
         kubeconfig = controlplane.write_kubeconfig(
             self.run_dir / "kubeconfig",
             {c.context: (c.server, c.ca.pair.cert, c.admin) for c in self.clusters.values()})

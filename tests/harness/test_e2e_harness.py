@@ -216,6 +216,18 @@ def test_kwok_stages_end_pods_on_demand_and_hold_them_waiting(tmp_path):
         "key": f'.metadata.annotations["{kwok_stages.WAITING}"]', "operator": "DoesNotExist"}
     assert ready["spec"]["next"]["statusTemplate"] == "phase: Running\n"
     assert not any("pod-complete" in d["metadata"]["name"] for d in docs)  # it would complete every Job's pod
+    # the second cluster of an environment of several: its job pods also succeed by themselves, after a delay,
+    # unless a scenario ends them on demand; no other pod does
+    auto = {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(
+        kwok_stages.write(tmp_path / "auto.yaml", module_dir, auto_finish_jobs=True).read_text())
+        if d["metadata"]["name"].startswith("e2e-job-pod-auto-succeed")}
+    assert len(auto) == len(kwok_stages.JOB_POD_LABELS)
+    for spec, label in zip(auto.values(), kwok_stages.JOB_POD_LABELS, strict=True):
+        assert {"key": f'.metadata.labels["{label}"]', "operator": "Exists"} in spec["selector"]["matchExpressions"]
+        assert {"key": f'.metadata.annotations["{kwok_stages.EXIT_CODE}"]', "operator": "DoesNotExist"} in \
+            spec["selector"]["matchExpressions"]
+        assert spec["delay"] == {"durationMilliseconds": kwok_stages.AUTO_FINISH_SECONDS * 1000}
+        assert "phase: Succeeded" in spec["next"]["statusTemplate"] and "exitCode: 0" in spec["next"]["statusTemplate"]
 
 
 def test_pod_logs_are_cri_lines_in_files_a_logs_object_names(tmp_path):
