@@ -43,6 +43,18 @@ class Buildah:
         if proc.returncode != 0:
             raise ImageError(f"buildah {args[0]} failed (exit {proc.returncode}); its output is above")
 
+    def containers(self) -> set[str]:
+        """The ids of the working containers in this storage."""
+        proc = subprocess.run(self.argv("containers", "--quiet", "--notruncate"), env=self.env(), capture_output=True,
+                              text=True)
+        return set(proc.stdout.split()) if proc.returncode == 0 else set()
+
+    def remove_containers_since(self, before: set[str]) -> None:
+        """Remove the working containers made since `before` was read (buildah 1.28's bud leaves the container of a
+        stage with no instructions, `FROM ... AS base-cpu`, mounted: a clone holding it cannot be deleted)."""
+        for container in sorted(self.containers() - before):
+            subprocess.run(self.argv("rm", container), env=self.env(), capture_output=True)
+
     def inspect(self, image: str) -> dict | None:
         proc = subprocess.run(self.argv("inspect", "--type", "image", image), capture_output=True, text=True)
         return json.loads(proc.stdout) if proc.returncode == 0 else None

@@ -107,11 +107,16 @@ def build(request: Request, out=sys.stderr) -> Built:
     print(f"[image] building {request.reference} with buildah on {base}", file=out, flush=True)
     # --layers: each step's result is cached as Docker's builder caches it, so a change to the package's code (or
     # README.md, which pyproject.toml names) rebuilds only the steps after its COPY, not the pip install before it
-    buildah.stream("bud", "--layers", "--file", str(DOCKERFILE), "--ignorefile", str(IGNOREFILE),
-                   "--build-arg", f"VARIANT={request.variant}", "--build-arg", f"RAY_VERSION={v.ray}",
-                   "--build-arg", f"PYTHON_TAG={v.python_tag}", "--build-arg", f"RAY_IMAGE={debian_base.REPOSITORY}",
-                   "--build-arg", "WHEELHOUSE=/wheels", "--volume", f"{wheels}:/wheels:ro",
-                   "--pull=never", "--tag", request.reference, str(ROOT))
+    before = buildah.containers()
+    try:
+        buildah.stream("bud", "--layers", "--file", str(DOCKERFILE), "--ignorefile", str(IGNOREFILE),
+                       "--build-arg", f"VARIANT={request.variant}", "--build-arg", f"RAY_VERSION={v.ray}",
+                       "--build-arg", f"PYTHON_TAG={v.python_tag}",
+                       "--build-arg", f"RAY_IMAGE={debian_base.REPOSITORY}",
+                       "--build-arg", "WHEELHOUSE=/wheels", "--volume", f"{wheels}:/wheels:ro",
+                       "--pull=never", "--tag", request.reference, str(ROOT))
+    finally:
+        buildah.remove_containers_since(before)
     # (a --label would be part of every step's cache key in buildah 1.28, and no step would ever be reused)
     known[request.reference] = {"id": buildah.inspect(request.reference)["FromImageID"], "source": wanted}
     record.write_text(json.dumps(known, indent=2, sort_keys=True))
