@@ -225,10 +225,18 @@ class Harness:
         return "; ".join(parts)
 
     def expected_apps(self, env: str) -> set[str]:
-        """The Applications the README promises for an environment: the three operator apps and one per
-        directory of apps/<env>/."""
-        apps = {f"{env}-{name}" for name in ("kuberay-crds", "kuberay-operator", "training-operator")}
-        apps |= {f"{env}-{d.name}" for d in (self.work / "apps" / env).iterdir() if d.is_dir()}
+        """The Applications the README promises for an environment: per cluster of it, the three operator apps and
+        one per directory of apps/<env>/ (less `clusters`) and of its own apps/<env>/clusters/<cluster>/, named by
+        the cluster's prefix (docs/argocd.md)."""
+        apps: set[str] = set()
+        for key, cluster in self.current["clusters"].items():
+            if cluster.get("environment", key) != env:
+                continue
+            own = self.work / "apps" / env / "clusters" / key.removeprefix(f"{env}-")
+            folders = [d for d in (self.work / "apps" / env).iterdir() if d.is_dir() and d.name != "clusters"]
+            folders += [d for d in own.iterdir() if d.is_dir()] if own.is_dir() else []
+            apps |= {f"{key}-{name}" for name in ("kuberay-crds", "kuberay-operator", "training-operator")}
+            apps |= {f"{key}-{d.name}" for d in folders}
         return apps
 
     def wait_synced_healthy(self, env: str, timeout: float, names: set[str] | None = None) -> list[dict]:
