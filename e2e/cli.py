@@ -265,8 +265,8 @@ def cmd_report(args) -> int:
     scenarios = results.get("scenarios", {})
     passed = sum(1 for r in scenarios.values() if r == "passed")
     failed = sum(1 for r in scenarios.values() if r != "passed")
-    for label, seconds in sorted((results.get("budgets") or {}).items()):
-        print(f"budget: {label} {seconds:.0f} s")
+    for label, value in sorted((results.get("budgets") or {}).items()):
+        print(f"budget: {label} {value:.0f} {'MiB' if label.endswith('(MiB)') else 's'}")
     print(f"e2e: {passed} scenarios passed, {failed} failed; {results.get('healthy_apps', 0)} applications "
           f"Synced+Healthy; {results.get('real_pods', 0)} pods ran in real containers")
     return 0 if failed == 0 and scenarios else 1
