@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 from datetime import datetime
 
+import pytest
+
 from tests.e2e.harness import BUDGETS, wait_for
 
 ENV, SECOND = "eks", "eks-west-b"
@@ -24,11 +26,23 @@ def test_each_cluster_of_the_environment_is_a_cluster_of_its_own(e2e):
     assert e2e.envs == sorted({c["environment"] for c in e2e.clusters.values()}), "a cluster is not an environment"
 
 
+@pytest.fixture(scope="module")
+def converged(e2e, bootstrapped):
+    """Every promised Application of both clusters exists and is Synced and Healthy (the first test's wait)."""
+    return test_every_application_of_both_clusters_is_synced_and_healthy_on_its_own_cluster(e2e, bootstrapped)
+
+
 def test_every_application_of_both_clusters_is_synced_and_healthy_on_its_own_cluster(e2e, bootstrapped):
+    promised = e2e.expected_apps(ENV)
+    want = {SECOND: {n for n in promised if n.startswith(f"{SECOND}-")}}
+    want[ENV] = promised - want[SECOND]
+    assert want[ENV] and len(want[ENV]) == len(want[SECOND]), want
+
     def check():
-        apps = {key: _apps_of(e2e, key) for key in (ENV, SECOND)}
-        problems = [f"{key}: no Applications" for key, found in apps.items() if not found]
-        problems += [e2e.describe(a) for found in apps.values() for a in found if not e2e.synced_healthy(a)]
+        apps = {key: {a["metadata"]["name"]: a for a in _apps_of(e2e, key)} for key in (ENV, SECOND)}
+        problems = [f"{key}: not generated yet: {', '.join(sorted(want[key] - set(found)))}"
+                    for key, found in apps.items() if want[key] - set(found)]
+        problems += [e2e.describe(a) for found in apps.values() for a in found.values() if not e2e.synced_healthy(a)]
         return not problems, "; ".join(problems)
     wait_for(check, 420, 5, "the Applications of eks's two clusters")
     for key in (ENV, SECOND):
@@ -39,7 +53,7 @@ def test_every_application_of_both_clusters_is_synced_and_healthy_on_its_own_clu
     assert names[ENV] == names[SECOND] and {"platform", "ray-cluster", "kuberay-operator"} <= names[ENV]
 
 
-def test_each_clusters_own_values_are_on_that_cluster_only(e2e, bootstrapped):
+def test_each_clusters_own_values_are_on_that_cluster_only(e2e, converged):
     from kubernetes import client
 
     def subnet(key):
@@ -52,7 +66,7 @@ def test_each_clusters_own_values_are_on_that_cluster_only(e2e, bootstrapped):
              "each cluster's StorageClass with its own subnet")
 
 
-def test_the_shared_apps_run_on_both_clusters(e2e, bootstrapped):
+def test_the_shared_apps_run_on_both_clusters(e2e, converged):
     def rayclusters(key):
         return sorted(c["metadata"]["name"] for c in e2e.objects(key, ("ray.io", "v1"), "rayclusters",
                                                                   namespace=e2e.namespace(ENV))
@@ -61,7 +75,7 @@ def test_the_shared_apps_run_on_both_clusters(e2e, bootstrapped):
                       {k: rayclusters(k) for k in (ENV, SECOND)}), 240, 5, "the standing RayCluster on both clusters")
 
 
-def test_budgets_time_to_converge_and_memory_per_control_plane(e2e, bootstrapped):
+def test_budgets_time_to_converge_and_memory_per_control_plane(e2e, bootstrapped, converged):
     """From the root Application's creation to the moment every Application of a cluster was first Healthy (the
     bootstrap watch's record), and the resident memory of each cluster's control plane now."""
     root = next(a for a in e2e.apps() if a["metadata"]["name"] == "ray-gitops")
