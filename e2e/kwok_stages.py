@@ -30,9 +30,27 @@ def kwok_module_dir() -> Path:
     return module_dir(BY_NAME["kwok"])
 
 
-def _finish_stage(name: str, succeed: bool) -> str:
+def _finish_stage(name: str, succeed: bool, job_label: str | None = None, delay_seconds: int = 0) -> str:
+    """End a running pod as its annotation says; with `job_label`, end a pod carrying that label and no annotation,
+    with exit code 0, `delay_seconds` after it runs (_auto_finish_stage)."""
     operator, phase = ("In", "Succeeded") if succeed else ("NotIn", "Failed")
     default_reason = "Completed" if succeed else "Error"
+    if job_label:
+        which = f"""    - key: '.metadata.annotations["{EXIT_CODE}"]'
+      operator: 'DoesNotExist'
+    - key: '.metadata.labels["{job_label}"]'
+      operator: 'Exists'
+"""
+        code, code_line = "0", ""
+    else:
+        which = f"""    - key: '.metadata.annotations["{EXIT_CODE}"]'
+      operator: '{operator}'
+      values: ['0']
+    - key: '.metadata.annotations["{EXIT_CODE}"]'
+      operator: 'Exists'
+"""
+        code, code_line = "{{ $code }}", f'      {{{{ $code := index $annotations "{EXIT_CODE}" }}}}\n'
+    delay = f"  delay:\n    durationMilliseconds: {delay_seconds * 1000}\n" if delay_seconds else ""
     return f"""apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -48,18 +66,12 @@ spec:
     - key: '.status.phase'
       operator: 'In'
       values: ['Running']
-    - key: '.metadata.annotations["{EXIT_CODE}"]'
-      operator: '{operator}'
-      values: ['0']
-    - key: '.metadata.annotations["{EXIT_CODE}"]'
-      operator: 'Exists'
-  weight: 10000
-  next:
+{which}  weight: 10000
+{delay}  next:
     statusTemplate: |
       {{{{ $now := Now }}}}
       {{{{ $annotations := or .metadata.annotations dict }}}}
-      {{{{ $code := index $annotations "{EXIT_CODE}" }}}}
-      {{{{ $reason := or ( index $annotations "{REASON}" ) "{default_reason}" }}}}
+{code_line}      {{{{ $reason := or ( index $annotations "{REASON}" ) "{default_reason}" }}}}
       {{{{ $message := or ( index $annotations "{MESSAGE}" ) "" }}}}
       conditions:
       - lastTransitionTime: {{{{ $now | Quote }}}}
@@ -77,7 +89,7 @@ spec:
         started: false
         state:
           terminated:
-            exitCode: {{{{ $code }}}}
+            exitCode: {code}
             finishedAt: {{{{ $now | Quote }}}}
             reason: {{{{ $reason | Quote }}}}
             message: {{{{ $message | Quote }}}}
@@ -158,23 +170,8 @@ AUTO_FINISH_SECONDS = 20
 def _auto_finish_stage(label: str, index: int) -> str:
     """A job pod that nobody ends on demand succeeds AUTO_FINISH_SECONDS after it runs: the stand-in for training
     on the e2e clusters whose jobs no scenario drives (the second cluster of an environment of several)."""
-    stage = _finish_stage(f"e2e-job-pod-auto-succeed-{index}", True)
-    stage = stage.replace(f"""    - key: '.metadata.annotations["{EXIT_CODE}"]'
-      operator: 'In'
-      values: ['0']
-    - key: '.metadata.annotations["{EXIT_CODE}"]'
-      operator: 'Exists'
-""", f"""    - key: '.metadata.annotations["{EXIT_CODE}"]'
-      operator: 'DoesNotExist'
-    - key: '.metadata.labels["{label}"]'
-      operator: 'Exists'
-""")
-    stage = stage.replace("  weight: 10000\n", f"  weight: 10000\n  delay:\n    durationMilliseconds: {AUTO_FINISH_SECONDS * 1000}\n")
-    stage = stage.replace(f'      {{{{ $code := index $annotations "{EXIT_CODE}" }}}}\n', "").replace(
-        "exitCode: {{ $code }}", "exitCode: 0")
-    if "DoesNotExist'\n    - key: '.metadata.labels" not in stage or "delay:" not in stage:
-        raise ValueError("the finish stage changed shape: the auto-finish stage cannot be made from it")
-    return stage
+    return _finish_stage(f"e2e-job-pod-auto-succeed-{index}", True, job_label=label,
+                         delay_seconds=AUTO_FINISH_SECONDS)
 
 
 def write(path: Path, module_dir: Path | None = None, auto_finish_jobs: bool = False) -> Path:

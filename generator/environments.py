@@ -103,10 +103,11 @@ def members(env: Environment) -> list[Environment]:
     clusters = env.raw.get(CLUSTERS) if env.raw is not None else None
     if not clusters:
         return [env]
+    # merge() copies what it stacks on: one shared layer serves every cluster
+    shared = Layer({k: v for k, v in env.raw.data.items() if k != CLUSTERS},
+                   {path: loc for path, loc in env.raw.origins.items() if path[:1] != (CLUSTERS,)})
     out = []
     for key in clusters:
-        shared = Layer(copy.deepcopy(env.raw.data), dict(env.raw.origins))
-        shared.data.pop(CLUSTERS)
         overlay = env.raw.sub(CLUSTERS, key)
         for field in ("clusterName", "context"):  # base.yaml's "{{ env }}" would name every cluster alike
             if field not in (overlay.data.get("target") or {}):
