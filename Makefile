@@ -25,7 +25,7 @@ check-rendered: setup-base ## fail (with the diff) when apps/ differs from a fre
 diff: setup-base ## the rendered diff between BASE (default origin/main) and the working tree (FORMAT=markdown|text, MAX_CHARS=N)
 	@$(PY) -m generator diff --base $(or $(BASE),origin/main) $(if $(FORMAT),--format $(FORMAT)) $(if $(MAX_CHARS),--max-chars $(MAX_CHARS))
 
-validate: setup-base ## helm lint, schema validation (SCHEMAS=dir of CRDs) and policy checks of every environment
+validate: setup-base ## helm lint, schema validation (SCHEMAS=dir of CRDs, or dir1:dir2 searched in order; Kueue's also from Go's module cache) and policy checks of every environment
 	@$(PY) -m validation validate $(ENV_FLAG) $(if $(SCHEMAS),--schema-location $(SCHEMAS))
 
 schemas: setup-base ## download the pinned upstream CRDs into .cache/schemas (needs network)

@@ -83,6 +83,9 @@ COMPONENTS = [
               pinned=f"v{versions.pinned().kuberay}"),
     Component("training-operator", "github.com/kubeflow/training-operator",
               {"training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1"}),
+    # Kueue, where an environment queues (eks): the version versions.yaml pins and the Argo CD layer installs.
+    Component("kueue", "sigs.k8s.io/kueue", {"kueue": "sigs.k8s.io/kueue/cmd/kueue"},
+              ldflags=("-X sigs.k8s.io/kueue/pkg/version.GitVersion={version}",)),
     Component("argocd", "github.com/argoproj/argo-cd/v3", {"argocd": "github.com/argoproj/argo-cd/v3/cmd"},
               ldflags=("-X github.com/argoproj/argo-cd/v3/common.version={bare}",
                        "-X github.com/argoproj/argo-cd/v3/common.gitTreeState=clean"),

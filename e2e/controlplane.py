@@ -85,6 +85,11 @@ class Cluster:
         self.kubelet_client = self.ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
                                             organization="system:masters")
         self.kwok_serving = self.ca.issue("kwok", "kwok", server=True, hosts=("127.0.0.1", "localhost"))
+        # the aggregation layer (Kueue's visibility API is an APIService): the API server proxies to an extension
+        # API server with a client certificate of its own CA, whose requests that server trusts by the
+        # requestheader settings it reads from kube-system/extension-apiserver-authentication (as kubeadm sets up)
+        self.front_proxy_ca = pki.CertificateAuthority(certs / "front-proxy", f"e2e-{self.env}-front-proxy")
+        self.front_proxy_client = self.front_proxy_ca.issue("front-proxy-client", "front-proxy-client")
         self.sa = pki.service_account_keys(certs)
         self.argocd_token = secrets.token_hex(24)
         tokens = self.directory / "tokens.csv"
@@ -134,6 +139,11 @@ class Cluster:
             f"--kubelet-certificate-authority={self.ca.pair.cert}",
             f"--kubelet-client-certificate={self.kubelet_client.cert}",
             f"--kubelet-client-key={self.kubelet_client.key}",
+            f"--requestheader-client-ca-file={self.front_proxy_ca.pair.cert}",
+            "--requestheader-allowed-names=front-proxy-client", "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={self.front_proxy_client.cert}",
+            f"--proxy-client-key-file={self.front_proxy_client.key}",
             "--profiling=false", "--v=1",
         ])
         wait_until(lambda: self.ready(), 120, 0.5, f"the {self.env} API server to be ready")

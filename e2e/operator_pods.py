@@ -26,7 +26,7 @@ import re
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .egress import ServiceRoutes
@@ -40,7 +40,10 @@ class OperatorImage:
     binary: str
     pattern: re.Pattern
     listen_flags: dict       # name -> flag template with {port}
-    container_ports: dict    # container port (number) -> name of the listen flag that serves it
+    container_ports: dict    # container port (number) -> name of the listen flag (or config port) that serves it
+    # listen addresses in a config file the operator reads (a configMap volume mounted with subPath, named by a
+    # `--flag=<mount path>` argument): name -> (pattern of the line, replacement with {port})
+    config_ports: dict = field(default_factory=dict)
 
 
 OPERATORS = [
@@ -51,6 +54,14 @@ OPERATORS = [
                   {"metrics": "--metrics-bind-address=127.0.0.1:{port}",
                    "probe": "--health-probe-bind-address=127.0.0.1:{port}",
                    "webhook": "--webhook-server-port={port}"}, {9443: "webhook"}),
+    # Kueue reads its listen addresses from its configuration file (the ConfigMap kueue-manager-config, mounted
+    # with subPath at /controller_manager_config.yaml); the API server dials its webhooks (9443) and its
+    # visibility API (8082, an aggregated APIService).
+    OperatorImage("kueue", re.compile(r"(^|/)kueue/kueue:"),
+                  {"visibility": "--visibility-server-port={port}"}, {9443: "webhook", 8082: "visibility"},
+                  config_ports={"webhook": (r"(?m)^(\s+port:\s*)9443[ \t]*$", r"\g<1>{port}"),
+                                "probe": (r"(?m)^(\s+healthProbeBindAddress:\s*)\S+[ \t]*$", r"\g<1>127.0.0.1:{port}"),
+                                "metrics": (r"(?m)^(\s+bindAddress:\s*)\S+[ \t]*$", r"\g<1>127.0.0.1:{port}")}),
 ]
 UNKNOWN_GATE = re.compile(r"unrecognized feature gate: (\w+)")
 
@@ -132,8 +143,9 @@ class OperatorPods:
             shutil.rmtree(root)
         mounts = self._mounts(root, pod, container)
         self._project_volumes(pod, container, mounts)
-        ports = {flag: free_port() for flag in op.listen_flags}
+        ports = {flag: free_port() for flag in [*op.listen_flags, *op.config_ports]}
         args = [*(container.command or [])[1:], *(container.args or [])]
+        args = [self._file_argument(arg, mounts, root, op, ports) for arg in args]
         args += [tmpl.format(port=ports[flag]) for flag, tmpl in op.listen_flags.items()]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root),
                "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.server_port),
@@ -145,12 +157,29 @@ class OperatorPods:
             for svc_ns, svc_name, svc_port in self._services_targeting(pod, container, container_port):
                 self.routes.add(svc_ns, svc_name, svc_port, ports[flag])
                 routes.append((svc_ns, svc_name, svc_port))
-        argv = in_mount_namespace([self.bins[op.binary], *args], [(m["host"], m["path"]) for m in mounts])
+        argv = in_mount_namespace([self.bins[op.binary], *args],
+                                  [(m["host"], m["path"]) for m in mounts if not m.get("sub_path")])
         self.sup.start(name, argv, env=env, cwd=root)
         self.running[name] = {"uid": pod.metadata.uid, "mounts": mounts, "routes": routes, "op": op,
                               "pod": pod, "container": container}
         self.log(f"operator pods {self.env}: started {op.binary} for pod {pod.metadata.namespace}/"
                  f"{pod.metadata.name} ({' '.join(args)})")
+
+    @staticmethod
+    def _file_argument(arg: str, mounts: list[dict], root: Path, op: OperatorImage, ports: dict) -> str:
+        """`--flag=<path>` where <path> is a volume mounted with subPath (a single file, which a bind mount of the
+        volume's directory cannot give): the projected file, with the operator's listen addresses moved to the
+        ports chosen for it. A subPath mount is not updated in a running container either."""
+        flag, sep, value = arg.partition("=")
+        mount = next((m for m in mounts if m.get("sub_path") and sep and value == m["path"]), None)
+        if mount is None:
+            return arg
+        text = (Path(mount["host"]) / mount["sub_path"]).read_text()
+        for name, (pattern, replacement) in op.config_ports.items():
+            text = re.sub(pattern, replacement.replace("{port}", str(ports[name])), text)
+        config = root / "config" / Path(mount["sub_path"]).name
+        _write_atomic(config, text.encode())
+        return f"{flag}={config}"
 
     def _stop(self, name: str) -> None:
         entry = self.running.pop(name, None)
@@ -228,7 +257,7 @@ class OperatorPods:
             kind = ("secret" if volume and volume.secret else "configmap" if volume and volume.config_map
                     else "downward" if volume and volume.downward_api else "dir")
             mounts.append({"path": mount.mount_path, "host": str(root / "volumes" / mount.name), "kind": kind,
-                           "volume": volume})
+                           "volume": volume, "sub_path": mount.sub_path or ""})
         for m in mounts:
             Path(m["host"]).mkdir(parents=True, exist_ok=True)
         return mounts

@@ -6,6 +6,7 @@ and the upstream sources at their pinned tags, served from offline copies:
                                                            packaged by helm and indexed (index.yaml) over HTTP
   https://github.com/kubeflow/training-operator.git    <- the Go module github.com/kubeflow/training-operator at
   https://github.com/kubeflow/trainer.git                  that tag (its module zip holds manifests/)
+  https://github.com/kubernetes-sigs/kueue.git          <- the Go module sigs.k8s.io/kueue at that tag (config/)
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ KUBERAY_GIT = "https://github.com/ray-project/kuberay.git"
 KUBERAY_HELM = "https://ray-project.github.io/kuberay-helm/"
 TRAINING_OPERATOR_GITS = ("https://github.com/kubeflow/training-operator.git", "https://github.com/kubeflow/trainer.git")
 TRAINING_OPERATOR_MODULE = "github.com/kubeflow/training-operator"
+KUEUE_GIT = "https://github.com/kubernetes-sigs/kueue.git"
+KUEUE_MODULE = "sigs.k8s.io/kueue"
 
 
 class SourceError(Exception):
@@ -145,8 +148,10 @@ def upstream_tree(url: str, revision: str, upstream_dir: Path) -> Path:
         return path
     if url in TRAINING_OPERATOR_GITS:
         return module_dir(TRAINING_OPERATOR_MODULE, revision)
+    if url == KUEUE_GIT:
+        return module_dir(KUEUE_MODULE, revision)
     raise SourceError(f"the e2e cluster has no offline copy of {url} (known: {KUBERAY_GIT}, "
-                      f"{', '.join(TRAINING_OPERATOR_GITS)}, {KUBERAY_HELM})")
+                      f"{', '.join(TRAINING_OPERATOR_GITS)}, {KUEUE_GIT}, {KUBERAY_HELM})")
 
 
 def helm_chart_dir(url: str, chart: str, version: str, upstream_dir: Path) -> Path:

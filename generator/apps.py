@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import access, charts, schema_check
+from . import access, charts, queueing, schema_check
 from .environments import Environment
 from .errors import RenderError, RenderErrors, ValueFault
 from .layers import Layer, merge
@@ -65,6 +65,9 @@ def compose(root: Path, env: Environment) -> list[App]:
         readers = access.platform_values(env)
         if readers:  # the groups of environments' `access`: the namespace's RoleBindings (charts/platform)
             values = merge(Layer({"access": readers}, {}), values)
+        queues = queueing.platform_values(env)
+        if queues:  # the environment's `queueing`: ResourceFlavors, ClusterQueue, LocalQueue (charts/platform)
+            values = merge(queues, values)
         add(PLATFORM_APP, "platform", platform.get("chart", "platform"),
             ("platform", "chart") if "chart" in platform else None, values)
 
@@ -82,9 +85,12 @@ def compose(root: Path, env: Environment) -> list[App]:
         chart_path = ("jobs", job_name, "chart") if "chart" in (layer.get("jobs", job_name) or {}) else (
             ("jobDefaults", "chart") if "chart" in (layer.get("jobDefaults") or {}) else None)
         values = merge(cluster, entry.sub("cluster") if "cluster" in entry.data else Layer({}, {}))
+        backend = entry.data.get("backend", "ray")
+        queue = queueing.job_values(env, entry.data.get("chart", BACKEND_CHARTS.get(backend, "")))
+        if queue:  # queued: the LocalQueue's label, Kueue owns suspend, the Ray cluster goes with the quota
+            values = merge(values, Layer(queue, {}))
         if "job" in entry.data:
             values = merge(values, entry.sub("job").under("job"))
-        backend = entry.data.get("backend", "ray")
         problem = ray_job_name_problem(job_name) if backend == "ray" else None
         if problem:
             errors.append(RenderError(f"jobs.{job_name}: {problem}", layer.locate(("jobs", job_name)),

@@ -21,8 +21,8 @@
     secret-cluster-<env>.yaml              (-20) the environment's cluster (server, CA), labelled for the
                                                  ApplicationSet; no credentials (see docs/argocd.md)
     application-<env>-kuberay-crds.yaml    (-12) the KubeRay CRDs (server-side apply)
-    application-<env>-kuberay-operator.yaml, application-<env>-training-operator.yaml
-                                           (-11) the operators; Healthy (the Application health check) before:
+    application-<env>-kuberay-operator.yaml, application-<env>-training-operator.yaml (and -kueue.yaml where the
+    environment queues)                    (-11) the operators; Healthy (the Application health check) before:
     application-<env>-platform.yaml        ( -5) apps/<env>/platform: the namespace with its Pod Security labels,
                                                  quota, storage; Healthy before any workload exists, so no pod is
                                                  admitted into a namespace without its labels
@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import access, environments, manifests, notifications, scopes, versions
+from . import access, environments, manifests, notifications, queueing, scopes, versions
 from .environments import CLUSTERS, Environment
 from .errors import RenderError
 
@@ -59,6 +59,15 @@ TRAINING_OPERATOR_GIT_REPO = "https://github.com/kubeflow/trainer.git"
 TRAINING_OPERATOR_VERSION = versions.pinned().training_operator
 KUBERAY_NAMESPACE = "kuberay-system"
 TRAINING_OPERATOR_NAMESPACE = "kubeflow"
+# Kueue (environments that set `queueing`): its config/default at the pinned tag, with the image of the release
+# (config/default names a staging image) and our configuration (operator_config/kueue-manager-config.yaml).
+KUEUE_GIT_REPO = "https://github.com/kubernetes-sigs/kueue.git"
+KUEUE_VERSION = versions.pinned().kueue
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_STAGING_IMAGE = "us-central1-docker.pkg.dev/k8s-staging-images/kueue/kueue"
+KUEUE_IMAGE = "registry.k8s.io/kueue/kueue"
+# config/default puts the visibility API's RoleBinding (extension-apiserver-authentication-reader) in kube-system
+KUEUE_EXTRA_NAMESPACES = ("kube-system",)
 
 # What the operators' upstream manifests create, allowed in each environment's project on their behalf
 # (apps/ renders none of these). Reviewed here, in one place.
@@ -68,6 +77,11 @@ OPERATOR_CLUSTER_KINDS = [
     ("rbac.authorization.k8s.io", "ClusterRoleBinding"),
     ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
     ("", "Namespace"),
+]
+# ... and what Kueue's adds, where an environment queues
+KUEUE_CLUSTER_KINDS = [
+    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+    ("apiregistration.k8s.io", "APIService"),  # Kueue's visibility API (pending workloads)
 ]
 OPERATOR_NAMESPACED_KINDS = [
     ("", "ServiceAccount"),
@@ -211,16 +225,29 @@ def platform_project(env: Environment, kinds: set, repo_url: str, members: list[
         "metadata": _meta(platform_project_name(env), wave=-20, labels={ENV_LABEL: env.name}),
         "spec": {
             "description": _description(env, "platform: operators, namespace, quota, storage"),
-            "sourceRepos": sorted([repo_url, KUBERAY_HELM_REPO, KUBERAY_GIT_REPO, TRAINING_OPERATOR_GIT_REPO]),
+            "sourceRepos": sorted({repo_url, *(op["source"]["repoURL"] for op in operators(env))}),
             "destinations": [{"server": server, "namespace": ns} for server in servers(members or [env]) for ns in
-                             sorted({env.namespace, KUBERAY_NAMESPACE, TRAINING_OPERATOR_NAMESPACE})],
+                             sorted({env.namespace, *operator_namespaces(env)})],
             "clusterResourceWhitelist": [{"group": g, "kind": k} for g, k in
-                                         sorted(own_cluster | set(OPERATOR_CLUSTER_KINDS))],
+                                         sorted(own_cluster | operator_cluster_kinds(env))],
             "namespaceResourceWhitelist": [{"group": g, "kind": k} for g, k in
                                            sorted(own_namespaced | set(OPERATOR_NAMESPACED_KINDS))],
             **({"syncWindows": windows} if (windows := platform_windows(env)) else {}),
         },
     }
+
+
+def operator_cluster_kinds(env: Environment) -> set[tuple[str, str]]:
+    """The cluster-scoped kinds the environment's operators' manifests create (Kueue's too where it queues)."""
+    return set(OPERATOR_CLUSTER_KINDS) | (set(KUEUE_CLUSTER_KINDS) if queueing.enabled(env) else set())
+
+
+def operator_namespaces(env: Environment) -> set[str]:
+    """Where the environment's operators' manifests put things."""
+    out = {op["namespace"] for op in operators(env)}
+    if queueing.enabled(env):
+        out |= set(KUEUE_EXTRA_NAMESPACES)
+    return out
 
 
 def platform_windows(env: Environment) -> list[dict]:
@@ -301,12 +328,20 @@ def apps_applicationset(env: Environment, repo_url: str, revision: str, autoscal
             "syncPolicy": sync_policy(env),
         },
     }
+    ignore = []
     if autoscaled:
         # the Ray autoscaler sets worker replicas: not a diff. The chart renders replicas = minReplicas for
         # autoscaled groups, so a sync of a git change (workerGroupSpecs is an atomic list: applied whole)
         # restarts the group at its minimum and the autoscaler scales it again.
-        spec_template["spec"]["ignoreDifferences"] = [
-            {"group": "ray.io", "kind": "RayCluster", "jqPathExpressions": [".spec.workerGroupSpecs[].replicas"]}]
+        ignore.append(
+            {"group": "ray.io", "kind": "RayCluster", "jqPathExpressions": [".spec.workerGroupSpecs[].replicas"]})
+    if queueing.enabled(env):
+        # Kueue suspends a queued job and resumes it (generator/queueing.py): git renders no suspend, and a
+        # suspend Argo CD does not own is not a diff either way; said here too, for whoever reads the Application
+        ignore += [{"group": "ray.io", "kind": "RayJob", "jsonPointers": ["/spec/suspend"]},
+                   {"group": "kubeflow.org", "kind": "PyTorchJob", "jsonPointers": ["/spec/runPolicy/suspend"]}]
+    if ignore:
+        spec_template["spec"]["ignoreDifferences"] = ignore
     return {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
         "metadata": _meta(env.name, wave=0, labels={ENV_LABEL: env.name}),
@@ -346,6 +381,7 @@ def fleet_applicationset(env: Environment, repo_url: str, revision: str, autosca
     return appset
 
 
+KUEUE_CONFIG = Path(__file__).resolve().parent / "operator_config" / "kueue-manager-config.yaml"
 PYTORCH_INIT_CONTAINER = Path(__file__).resolve().parent / "operator_config" / "pytorch-init-container.yaml"
 INIT_TEMPLATE_ANNOTATION = "ray-gitops/pytorch-init-container"
 INIT_TEMPLATE_DIR = "/etc/config"  # where the operator looks (kubeflow/trainer v1.9.4 pkg/config/config.go:31)
@@ -375,6 +411,17 @@ def pytorch_init_container_patch() -> dict:
             "patch": manifests.dump(deployment, "")}
 
 
+def kueue_config_patch() -> dict:
+    """Kueue's ConfigMap with our configuration (operator_config/kueue-manager-config.yaml): the integrations this
+    repository renders. The Deployment mounts it (subPath) and Kueue reads it at start."""
+    config = "".join(line for line in KUEUE_CONFIG.read_text().splitlines(keepends=True) if not line.startswith("#"))
+    # named as config/components/manager generates it: a patch in config/default (where Argo CD adds it) matches
+    # the name before that kustomization's namePrefix (kueue-) is applied
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "manager-config"},
+                 "data": {"controller_manager_config.yaml": config}}
+    return {"target": {"kind": "ConfigMap", "name": "manager-config"}, "patch": manifests.dump(configmap, "")}
+
+
 # The operators each environment's cluster gets, in the root's waves: CRDs (server-side) first, then the operators.
 OPERATORS = [
     {"name": "kuberay-crds", "wave": -12, "namespace": KUBERAY_NAMESPACE,
@@ -387,19 +434,33 @@ OPERATORS = [
      "source": {"repoURL": TRAINING_OPERATOR_GIT_REPO, "targetRevision": TRAINING_OPERATOR_VERSION,
                 "path": "manifests/overlays/standalone"},
      "patches": (pytorch_init_container_patch,)},
+    {"name": "kueue", "wave": -11, "namespace": KUEUE_NAMESPACE, "when": queueing.enabled,
+     "source": {"repoURL": KUEUE_GIT_REPO, "targetRevision": KUEUE_VERSION, "path": "config/default"},
+     "images": (f"{KUEUE_STAGING_IMAGE}={KUEUE_IMAGE}:{KUEUE_VERSION}",),
+     "patches": (kueue_config_patch,)},
 ]
 
 
 def _operator_source(op: dict) -> dict:
     source = dict(op["source"])
+    kustomize = {}
+    if op.get("images"):
+        kustomize["images"] = list(op["images"])
     if op.get("patches"):
-        source["kustomize"] = {"patches": [patch() for patch in op["patches"]]}
+        kustomize["patches"] = [patch() for patch in op["patches"]]
+    if kustomize:
+        source["kustomize"] = kustomize
     return source
+
+
+def operators(env: Environment) -> list[dict]:
+    """The operators this environment's clusters get (Kueue only where it queues)."""
+    return [op for op in OPERATORS if op.get("when", lambda _env: True)(env)]
 
 
 def operator_applications(env: Environment) -> list[dict]:
     apps = []
-    for op in OPERATORS:
+    for op in operators(env):
         apps.append({
             "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
             "metadata": {**_meta(f"{env.app_prefix}-{op['name']}", wave=op["wave"],

@@ -22,6 +22,9 @@ CLUSTER_SCOPED = frozenset({
     "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding", "CustomResourceDefinition", "PriorityClass", "RuntimeClass",
     "IngressClass", "APIService", "Node",
+    # Kueue's (kueue.x-k8s.io): the node types and the quota
+    "ResourceFlavor", "ClusterQueue", "Cohort", "AdmissionCheck", "MultiKueueConfig", "MultiKueueCluster",
+    "WorkloadPriorityClass", "Topology",
 })
 
 

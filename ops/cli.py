@@ -84,7 +84,7 @@ def cmd_diagnose(args) -> int:
                           "succeeded": result.succeeded, "known": result.known,
                           "retryable": result.retryable,
                           "findings": [{"class": f.failure.name, "title": f.failure.title, "evidence": f.evidence,
-                                        "source": f.source, "fix": f.failure.fix,
+                                        "source": f.source, "fix": f.fix,
                                         "retryable": f.failure.retryable} for f in result.findings],
                           "lastLines": result.last_lines}, indent=2))
     else:

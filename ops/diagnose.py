@@ -1,19 +1,22 @@
 """make diagnose: a failed or stuck job, classified into the failures this platform knows, each with the line that
 shows it and the environment value that fixes it.
 
-The evidence is what the cluster says about the run: the operator's status (reason and message), events of the
-run, its cluster, pods and checkpoint claim, the pods' container states, and the last lines of their logs. Each
-class is a set of patterns of the messages the systems themselves print (NCCL, libfabric, the kubelet, the
-scheduler, the API server, KubeRay, the training-operator); the first evidence line a class matches is shown.
+The evidence is what the cluster says about the run: the operator's status (reason and message), why Kueue holds
+it (a queued run, suspended: its Workload's QuotaReserved message, ops/kueue.py), events of the run, its cluster,
+pods and checkpoint claim, the pods' container states, and the last lines of their logs. Each class is a set of
+patterns of the messages the systems themselves print (NCCL, libfabric, the kubelet, the scheduler, the API server,
+KubeRay, the training-operator, Kueue); the first evidence line a class matches is shown.
 Unknown failures say so and show the last lines. `retryable` tells `make watch --auto-retry` whether a new run can
 succeed without a change (a hung collective, a deadline) or needs one (a bad spec, a missing image).
 """
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import jobs as jobs_mod
+from . import kueue
 from .targets import Clients, Target
 
 
@@ -24,6 +27,9 @@ class FailureClass:
     patterns: tuple[str, ...]
     fix: str
     retryable: bool
+    # the fix in this environment's words (the value and the file:line that sets it), from the target and the whole
+    # evidence line the class matched; None (or its returning None): `fix` as written
+    where: Callable[[Target, str], str | None] | None = None
 
     def match(self, text: str) -> bool:
         return any(re.search(p, text) for p in self.patterns)
@@ -73,6 +79,12 @@ CLASSES = (
     FailureClass("quota-exceeded", "the namespace quota refuses the pods",
                  (r"exceeded quota: ",),
                  "platform.values.resourceQuota.hard (or smaller worker groups)", False),
+    FailureClass("not-admitted-quota", "not admitted: no quota in the ClusterQueue",
+                 # Kueue v0.17 flavorassigner.go:1038 / :1050, in a Workload's QuotaReserved message
+                 (r"insufficient (unused )?quota( in cohort)? for \S+ in flavor ",),
+                 "queueing.flavors[].quota of the flavor and resource the Workload's message names (or a smaller "
+                 "job); or wait for running jobs to end: Kueue admits it then", False,
+                 where=lambda target, message: quota_fix(target, message)),
     FailureClass("claim-not-bound", "the checkpoint claim is not Bound",
                  (r"pod has unbound immediate PersistentVolumeClaims", r"persistentvolumeclaim \"[^\"]+\" not found",
                   r"claim \S+ is (Pending|Missing|Lost)", r"^ProvisioningFailed: "),
@@ -126,6 +138,10 @@ class Finding:
     failure: FailureClass
     evidence: str
     source: str
+    fix: str = ""  # the class's fix, or its words for this environment (FailureClass.where)
+
+    def __post_init__(self):
+        self.fix = self.fix or self.failure.fix
 
 
 @dataclass
@@ -144,6 +160,77 @@ class Diagnosis:
     @property
     def retryable(self) -> bool:
         return self.known and all(f.failure.retryable for f in self.findings)
+
+
+_MISSING = object()
+_VAR = re.compile(r"\bvars\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _at(data, path):
+    for part in path:
+        if isinstance(data, dict) and part in data:
+            data = data[part]
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
+            data = data[part]
+        else:
+            return _MISSING
+    return data
+
+
+def _written(target: Target, path: tuple):
+    """The value at `path` as the files hold it (templates unresolved). A cluster's entry holds only its target and
+    vars (the schema's consistency contract), so `queueing` is the environment's, whichever cluster this is."""
+    return _MISSING if target.written is None else _at(target.written.data, path)
+
+
+def _where(target: Target, path: tuple) -> tuple[str, tuple]:
+    """file:line and key path of where the target's value at `path` was written (the key path alone when unknown),
+    and that key path in its file (clusters.<name>... when a cluster's own entry set it)."""
+    from generator.errors import dotted
+    loc = target.layer.locate(path) if target.layer is not None else None
+    if loc is None or loc.line is None:
+        return dotted(path), tuple(path)
+    return f"{loc.file}:{loc.line} {dotted(loc.path)}", loc.path
+
+
+def quota_fix(target: Target, message: str) -> str | None:
+    """The fix of a Workload Kueue does not admit for quota, in the environment's values: for each resource and
+    flavor the message names, the quota value (queueing.flavors[i].quota.<resource>) and where it is written; when
+    that value is a template over vars, each var and where it is set for this cluster (its own vars win)."""
+    from generator.templating import is_template
+    pairs = kueue.short_quota(message)
+    if not pairs:
+        return None
+    flavors = (target.doc.get("queueing") or {}).get("flavors") or []
+    here = f"cluster {target.cluster}" if target.cluster else target.env
+    values, notes, variables = [], [], {}
+    for resource, flavor in pairs:
+        index = next((i for i, f in enumerate(flavors) if f.get("name") == flavor), None)
+        if index is None:
+            notes.append(f"flavor {flavor} is not in {target.env}'s queueing.flavors (the cluster's ClusterQueue is "
+                         f"not this checkout's: is the platform app synced?)")
+            continue
+        quota = flavors[index].get("quota") or {}
+        path = ("queueing", "flavors", index, "quota", resource)
+        if resource not in quota:
+            notes.append(f"{_where(target, path[:3])[0]} ({flavor}) gives no {resource} (quota 0): "
+                         f"queueing.flavors[{index}].quota.{resource} would add it")
+            continue
+        raw = _written(target, path)
+        if is_template(raw):
+            values.append(f'{_where(target, path)[0]} = "{raw}" ({quota[resource]} on {here})')
+            variables.update(dict.fromkeys(_VAR.findall(raw)))
+        else:
+            values.append(f"{_where(target, path)[0]} = {quota[resource]}")
+    for var in variables:
+        set_at, key = _where(target, ("vars", var))
+        line = f"vars.{var} is set at {set_at.removesuffix(' vars.' + var)}"
+        if target.cluster and key[:1] != ("clusters",):
+            line += f" (clusters.{target.cluster}.vars.{var} would set it for {here} alone)"
+        values.append(line)
+    resources = ", ".join(dict.fromkeys(r for r, _ in pairs))
+    fix = f"more quota: {'; '.join(values + notes)}; then make render and push" if values else "; ".join(notes)
+    return f"{fix}. Or a smaller job (fewer {resources}), or wait for running jobs to end: Kueue admits it then"
 
 
 def classify(evidence: list[tuple[str, str]]) -> list[Finding]:
@@ -168,6 +255,39 @@ def _run_status_evidence(run: jobs_mod.Run) -> Evidence:
         if cond.get("message") and cond.get("status") == "True":
             evidence.append((f"{run.kind} {run.name}", f"{cond.get('type')} ({cond.get('reason', '')}): "
                                                       f"{cond['message']}"))
+    return evidence
+
+
+def _workload_evidence(clients: Clients, target: Target, run: jobs_mod.Run) -> Evidence:
+    """A queued run that is suspended and not finished: why Kueue holds it (its Workload's QuotaReserved message),
+    or that it has no Workload."""
+    local = kueue.queue_name(run.obj)
+    if local is None or run.finished or not kueue.suspended(run.kind, run.obj):
+        return []
+    queues = kueue.Queues.read(clients.custom(target.context), target.namespace)
+    if queues.workloads is None:
+        return [(f"LocalQueue {local}", f"{run.kind} {run.name} is suspended in LocalQueue {local} with "
+                                        f"{kueue.NO_WORKLOAD}")]
+    workload = queues.workload_of(run.obj)
+    if workload is None:
+        return [(f"LocalQueue {local}", f"{run.kind} {run.name} is suspended in LocalQueue {local} with no "
+                                        f"Workload yet")]
+    reserved = kueue.condition(workload, "QuotaReserved")
+    if kueue.is_true(workload, "Admitted") or reserved.get("status") != "False":
+        return []
+    name = workload["metadata"]["name"]
+    evidence = [(f"Workload {name}", reserved.get("message") or reserved.get("reason") or "")]
+    # Kueue's condition says why the last attempt failed, and an attempt starts from the flavor after the one it
+    # tried last (flavorassigner.go: TriedFlavorIdx), so it may name only "flavor <system> doesn't match node
+    # affinity" while the flavor the job needs is out of quota: its Pending events keep each attempt's reasons
+    try:
+        events = clients.core(target.context).list_namespaced_event(
+            target.namespace, field_selector=f"involvedObject.kind=Workload,involvedObject.name={name}").items
+    except Exception:  # noqa: BLE001 - the condition alone is evidence enough
+        events = []
+    for event in sorted(events, key=lambda e: str(e.last_timestamp or e.event_time or ""), reverse=True):
+        if event.reason == "Pending" and event.message and (f"Workload {name}", event.message) not in evidence:
+            evidence.append((f"Workload {name}", event.message))
     return evidence
 
 
@@ -237,12 +357,14 @@ def _pod_log_evidence(core, target: Target, pod, log_lines: int) -> Evidence:
 
 
 def evidence_of(clients: Clients, target: Target, run: jobs_mod.Run, log_lines: int = 200) -> Evidence:
-    """Everything that may say why a run failed: its status, the claim, the events of its objects, its Ray
-    cluster's conditions, its pods' states, then their logs (in this order: the classes match the first line)."""
+    """Everything that may say why a run failed or waits: its status, its Kueue Workload's reason while Kueue holds
+    it, the claim, the events of its objects, its Ray cluster's conditions, its pods' states, then their logs (in this
+    order: the classes match the first line)."""
     core = clients.core(target.context)
-    evidence = _run_status_evidence(run)
+    evidence = _run_status_evidence(run) + _workload_evidence(clients, target, run)
     pods = [p for pods in run.pods.values() for p in pods]
-    names = {run.name, run.status.get("rayClusterName") or ""} | {p.metadata.name for p in pods}
+    # a run Kueue holds (suspended) has no cluster and no pods yet: its own events and its Workload's message
+    names = {run.name} | {n for n in [run.status.get("rayClusterName")] if n} | {p.metadata.name for p in pods}
     claim, claim_evidence = _claim_evidence(core, target)
     if claim:
         names.add(claim)
@@ -266,6 +388,10 @@ def diagnose(clients: Clients, target: Target, job: str) -> Diagnosis:
         return Diagnosis(job, run.name, run.state, succeeded=True)
     evidence = evidence_of(clients, target, run)
     result = Diagnosis(job, run.name, run.state, classify(evidence))
+    for finding in result.findings:
+        if finding.failure.where is not None:
+            line = next(t for s, t in evidence if s == finding.source and finding.failure.match(t))
+            finding.fix = finding.failure.where(target, line) or finding.fix
     result.last_lines = [f"{source}: {text}" for source, text in last_lines(evidence, run)]
     return result
 
@@ -293,7 +419,7 @@ def render(diagnosis: Diagnosis) -> str:
         lines += [f"- {finding.failure.title} [{finding.failure.name}; "
                   f"{'retryable' if finding.failure.retryable else 'needs a change'}]",
                   f"    evidence ({finding.source}): {finding.evidence}",
-                  f"    fix: {finding.failure.fix}"]
+                  f"    fix: {finding.fix}"]
     if not diagnosis.findings:
         lines.append("- not a known failure; the last lines seen:")
         lines += [f"    {line}" for line in diagnosis.last_lines] or ["    (nothing: no status message, event or log)"]

@@ -1,8 +1,10 @@
 """make status: one table per environment, from its cluster and Argo CD; `--json` gives the same as data, in the
-shape the training-job-deployer returned (status, head pod, worker pods, fixes applied, monitoring, dashboard URL)."""
+shape the training-job-deployer returned (status, head pod, worker pods, fixes applied, monitoring, dashboard URL),
+and for a run queued with Kueue its `queue` (LocalQueue, ClusterQueue, admitted, place in line, Kueue's reason)."""
 from __future__ import annotations
 
 from . import jobs as jobs_mod
+from . import kueue
 from .targets import Clients, Target
 
 DASHBOARD_PORT = 8265
@@ -113,13 +115,35 @@ def _main_container(run: jobs_mod.Run) -> dict | None:
     return (spec.get("containers") or [None])[0] if spec else None
 
 
-def job_record(clients: Clients, target: Target, run: jobs_mod.Run) -> dict:
+def queue_of(clients: Clients, target: Target, run: jobs_mod.Run, queues: kueue.Queues | None = None) -> dict | None:
+    """The run's place in Kueue (ops/kueue.py Queues.info): None when it is not queued. `queues`: Kueue's objects
+    of the namespace, when already read."""
+    if kueue.queue_name(run.obj) is None:
+        return None
+    if queues is None:
+        queues = kueue.Queues.read(clients.custom(target.context), target.namespace)
+    return queues.info(run.obj)
+
+
+def run_status(run: jobs_mod.Run, queue: dict | None) -> str:
+    """succeeded | failed | queued (Kueue holds it, suspended, until its ClusterQueue has quota) | running."""
+    if run.succeeded:
+        return "succeeded"
+    if run.finished:
+        return "failed"
+    return "queued" if kueue.waiting(run.kind, run.obj, run.finished, queue) else "running"
+
+
+def job_record(clients: Clients, target: Target, run: jobs_mod.Run, queues: kueue.Queues | None = None) -> dict:
     head = run.pods.get("head") or run.pods.get("master") or []
     workers = run.pods.get("worker") or []
     cluster = run.status.get("rayClusterName")
+    queue = queue_of(clients, target, run, queues)
+    status = run_status(run, queue)
     return {
         "job": run.job, "run": run.name, "kind": run.kind,
-        "status": "succeeded" if run.succeeded else "failed" if run.finished else "running",
+        "status": status,
+        "queue": queue,
         "state": run.state, "reason": run.status.get("reason", ""), "message": run.status.get("message", ""),
         "start": run.started.isoformat() if run.started else None,
         "durationSeconds": round(run.duration_seconds) if run.duration_seconds is not None else None,
@@ -130,7 +154,8 @@ def job_record(clients: Clients, target: Target, run: jobs_mod.Run) -> dict:
         "fixesApplied": fixes_applied(run),
         "monitoring": {"logs": f"make logs ENV={target.env} JOB={run.job} FOLLOW=1",
                        "diagnose": f"make diagnose ENV={target.env} JOB={run.job}"},
-        "dashboardUrl": dashboard(clients, target, cluster) if cluster and not run.finished else None,
+        # a run Kueue holds has no Ray cluster yet
+        "dashboardUrl": dashboard(clients, target, cluster) if cluster and status == "running" else None,
     }
 
 
@@ -140,7 +165,10 @@ def environment_status(clients: Clients, target: Target, job: str | None = None)
                    - {None})
     if job:
         names = [job]
-    records = [job_record(clients, target, jobs_mod.find(clients, target, name)) for name in names]
+    found = [jobs_mod.find(clients, target, name) for name in names]
+    # Kueue's Workloads and LocalQueues, read once for every queued run (not at all when no run is queued)
+    queues = kueue.Queues.read(custom, target.namespace) if any(kueue.queue_name(r.obj) for r in found) else None
+    records = [job_record(clients, target, run, queues) for run in found]
     claim_name = ((target.doc.get("cluster") or {}).get("checkpoints") or {}).get("claimName")
     claim = None
     checkpoints = (target.doc.get("cluster") or {}).get("checkpoints") or {}
@@ -157,7 +185,7 @@ def environment_status(clients: Clients, target: Target, job: str | None = None)
 
 def healthy(status: dict) -> bool:
     apps_ok = all(a["sync"] == "Synced" and a["health"] in ("Healthy", "Progressing") for a in status["applications"])
-    jobs_ok = all(j["status"] != "failed" for j in status["jobs"])
+    jobs_ok = all(j["status"] != "failed" for j in status["jobs"])  # running, queued (waiting for quota), succeeded
     return apps_ok and jobs_ok
 
 
@@ -165,6 +193,18 @@ def _minutes(seconds) -> str:
     if seconds is None:
         return "-"
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
+def _queue_line(job: dict) -> str:
+    """Under a run Kueue holds: where it waits and why; under a queued run that runs without a Workload: that."""
+    queue = job.get("queue")
+    if not queue or queue["admitted"] or job["status"] in ("succeeded", "failed"):
+        return ""
+    if job["status"] == "queued":
+        place = f" (position {queue['position']})" if queue["position"] is not None else ""
+        why = queue["message"] or "no Workload yet (Kueue makes one for each queued job)"
+        return f"waiting for quota in LocalQueue {queue['localQueue']}{place}: {why[:160]}"
+    return f"not admitted by Kueue (LocalQueue {queue['localQueue']}): {(queue['message'] or 'no Workload')[:160]}"
 
 
 def render_table(status: dict) -> str:
@@ -181,12 +221,16 @@ def render_table(status: dict) -> str:
         lines.append(f"{'JOB':<16} {'RUN':<24} {'KIND':<10} {'STATE':<22} {'START':<20} {'TIME':<8} TRIES  PODS")
         for j in status["jobs"]:
             pods = ", ".join(filter(None, [j["headPod"], *j["workerPods"]]))
-            lines.append(f"{j['job']:<16} {j['run']:<24} {j['kind']:<10} {j['state']:<22} "
+            state = f"queued ({j['state']})" if j["status"] == "queued" else j["state"]
+            lines.append(f"{j['job']:<16} {j['run']:<24} {j['kind']:<10} {state:<22} "
                          f"{(j['start'] or '-')[:19]:<20} {_minutes(j['durationSeconds']):<8} {j['attempts']:<6} {pods}")
             if j["dashboardUrl"]:
                 lines.append(f"{'':<16} dashboard: {j['dashboardUrl']}")
             if j["status"] == "failed":
                 lines.append(f"{'':<16} {j['reason']}: {j['message'][:120]}  ->  {j['monitoring']['diagnose']}")
+            queue_line = _queue_line(j)
+            if queue_line:
+                lines.append(f"{'':<16} {queue_line}")
     if status["checkpointClaim"]:
         lines.append(f"checkpoint claim {status['checkpointClaim']['name']}: {status['checkpointClaim']['phase']}")
     return "\n".join(lines)

@@ -29,6 +29,10 @@ class Target:
     kubeconfig: str | None
     doc: dict
     cluster: str | None = None  # on an environment of several clusters, the one these commands act on
+    # where each value of `doc` was written (generator.layers.Layer: .locate(path) -> file:line), and the environment
+    # as written, templates unresolved, with every cluster's entry (a Layer); None when the Target was made by hand
+    layer: object | None = None
+    written: object | None = None
 
     def rendered(self, root: Path, pattern: str = "*.yaml") -> list[Path]:
         """The rendered files of this target's apps: apps/<env>/<app>/ and, on an environment of several clusters,
@@ -58,7 +62,8 @@ def target(root: Path, env: str, kubeconfig: str | None = None) -> Target:
     from generator import environments
     from generator.errors import RenderError
     try:
-        members = environments.members(environments.load(root, env))
+        loaded = environments.load(root, env)
+        members = environments.members(loaded)
     except RenderError as exc:
         raise OpsError(str(exc)) from None
     # An environment of several clusters: the day-two commands act on the cluster keyed like the environment (its
@@ -70,7 +75,7 @@ def target(root: Path, env: str, kubeconfig: str | None = None) -> Target:
     return Target(env=env, context=doc["target"].get("context") or env, namespace=doc["target"]["namespace"],
                   argocd_context=argocd.get("context") or doc["target"].get("context") or env,
                   argocd_namespace=argocd.get("namespace", "argocd"), kubeconfig=kubeconfig_path(kubeconfig),
-                  doc=doc, cluster=member.cluster)
+                  doc=doc, cluster=member.cluster, layer=member.layer, written=loaded.raw)
 
 
 def reload(root: Path, tgt: Target) -> Target:

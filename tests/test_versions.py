@@ -54,6 +54,7 @@ AGREEMENTS = {
                                              V.argocd),
     "e2e/components/training-operator/go.mod training-operator": (lambda: _go_mod_version(
         "training-operator", "github.com/kubeflow/training-operator"), V.training_operator),
+    "e2e/components/kueue/go.mod kueue": (lambda: _go_mod_version("kueue", "sigs.k8s.io/kueue"), V.kueue),
 }
 
 
@@ -74,8 +75,8 @@ def test_the_code_reads_versions_yaml():
     # project pins is recorded next to it
     assert components.BY_NAME["kuberay"].pinned == f"v{V.kuberay}"
     assert set(fetch_schemas.PINNED_FOLDERS) == {f"kuberay-v{V.kuberay}", f"argo-cd-{V.argocd}",
-                                                 f"training-operator-{V.training_operator}"}
-    assert {p.tag for p in fetch_schemas.PINNED_FILES} == {f"v{V.kuberay}", V.argocd, V.training_operator}
+                                                 f"training-operator-{V.training_operator}", f"kueue-{V.kueue}"}
+    assert {p.tag for p in fetch_schemas.PINNED_FILES} == {f"v{V.kuberay}", V.argocd, V.training_operator, V.kueue}
     assert all(p.sha256 for p in fetch_schemas.PINNED_FILES), "a pinned CRD without its checksum"
 
 

@@ -7,6 +7,7 @@ bad arguments, kubeconform broken, download failed).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,10 @@ from .schema_validation import BACKENDS, validate_manifests
 
 OK, FAILED, CANNOT_RUN = 0, 1, 2
 ROOT = Path(__file__).resolve().parent.parent
+_DIRS = f"DIR[{os.pathsep}DIR...]"
+_LOCATION_HELP = (f"directory searched recursively for CRD YAML, or several separated by '{os.pathsep}' (searched in "
+                  f"order, the first that serves a kind wins; default: ${SCHEMA_LOCATION_ENV}, else "
+                  f"{DEFAULT_SCHEMA_LOCATION}). Kueue's CRDs not found there are read from Go's module cache")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,9 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--facts-from", type=Path, metavar="ENV_FILE",
                    help="read kubernetesVersion from an environments/<env>.yaml, composed on base.yaml by the "
                         "generator's loader (--kube-version wins)")
-    m.add_argument("--schema-location", metavar="DIR",
-                   help=f"directory searched recursively for CRD YAML (default: ${SCHEMA_LOCATION_ENV}, "
-                        f"else {DEFAULT_SCHEMA_LOCATION})")
+    m.add_argument("--schema-location", metavar=_DIRS, help=_LOCATION_HELP)
     m.add_argument("--backend", choices=BACKENDS, default="auto",
                    help="auto: kubeconform when it is on PATH, else in-process (default)")
 
@@ -62,8 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                                         "environment (composed by the generator's loader) and of argocd/")
     v.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this one)")
     v.add_argument("--env", help="one environment (default: all, and argocd/)")
-    v.add_argument("--schema-location", metavar="DIR",
-                   help=f"directory of CRDs (default: ${SCHEMA_LOCATION_ENV}, else {DEFAULT_SCHEMA_LOCATION})")
+    v.add_argument("--schema-location", metavar=_DIRS, help=_LOCATION_HELP)
     lint = sub.add_parser("lint", help="make lint: helm lint --strict every chart with every environment's values")
     lint.add_argument("--root", type=Path, default=ROOT, help="the repository (default: this one)")
     lint.add_argument("--env", help="one environment (default: all)")

@@ -22,8 +22,9 @@ CRD files are parsed lazily (only files that mention the requested kind) and cac
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,16 +40,17 @@ class CrdSchema:
     group: str
     version: str
     kind: str
-    source: Path
-    openapi: dict = field(repr=False)  # the CRD's openAPIV3Schema, as written
-    _converted: dict | None = field(default=None, repr=False)
+    source: Path  # the file it was read from
+    openapi: dict = field(repr=False)  # the CRD's openAPIV3Schema, as written (shared by files of the same text)
 
     @property
     def schema(self) -> dict:
-        """The strict JSON Schema (converted on first use, then cached)."""
-        if self._converted is None:
-            self._converted = openapi_to_strict_jsonschema(self.openapi)
-        return self._converted
+        """The strict JSON Schema (converted on first use, then cached per process: once for files of the same
+        text)."""
+        entry = _CONVERTED.get(id(self.openapi))
+        if entry is None or entry[0] is not self.openapi:
+            entry = _CONVERTED[id(self.openapi)] = (self.openapi, openapi_to_strict_jsonschema(self.openapi))
+        return entry[1]
 
     @property
     def api_version(self) -> str:
@@ -145,9 +147,11 @@ def _convert(source: Any, in_branch: bool) -> Any:
 # Reading CRDs from a schema location
 # ---------------------------------------------------------------------------------------------------------------
 
-# sha256 of a CRD file's text -> the CrdSchemas in it. Per process: tests and repeated environments reuse parsed and
-# converted schemas.
+# sha256 of a CRD file's text -> the CrdSchemas in it (their source: the first file read with that text). Per
+# process: tests and repeated environments reuse parsed and converted schemas.
 _FILE_CACHE: dict[str, list[CrdSchema]] = {}
+# id(openAPIV3Schema) -> (it, its conversion); the schema is kept so that its id stays unique for the process.
+_CONVERTED: dict[int, tuple[dict, dict]] = {}
 _TEXT_CACHE: dict[tuple[str, int, int], str] = {}
 
 
@@ -171,8 +175,8 @@ def schemas_in_file(path: Path) -> list[CrdSchema]:
     same CRD read from two locations is parsed once)."""
     text = _file_text(path)
     key = hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()
-    if key in _FILE_CACHE:
-        return _FILE_CACHE[key]
+    if key in _FILE_CACHE:  # the same text, maybe read from another file (location): named by this one
+        return [crd if crd.source == path else replace(crd, source=path) for crd in _FILE_CACHE[key]]
     found: list[CrdSchema] = []
     try:
         documents = list(yaml.load_all(text, Loader=_LOADER))
@@ -214,11 +218,15 @@ def _pinned_first(path: Path) -> bool:
 
 
 class CrdSchemaStore:
-    """The CRD schemas under one schema location, looked up by apiVersion and kind."""
+    """The CRD schemas under one schema location or several, looked up by apiVersion and kind: the locations in
+    their order (the first that serves a kind wins), the pinned releases first within each."""
 
-    def __init__(self, location: Path):
-        self.location = Path(location)
-        self.files = find_crd_files(self.location)
+    def __init__(self, locations: Path | Sequence[Path]):
+        self.locations = [Path(locations)] if isinstance(locations, (str, os.PathLike)) else \
+            [Path(p) for p in locations]
+        # (index of its location, file), in search order
+        self._files = [(i, path) for i, location in enumerate(self.locations) for path in find_crd_files(location)]
+        self.files = [path for _, path in self._files]
         self._by_gvk: dict[tuple[str, str, str], CrdSchema | None] = {}
 
     @property
@@ -226,12 +234,12 @@ class CrdSchemaStore:
         return any("CustomResourceDefinition" in _file_text(p) for p in self.files)
 
     def _candidates(self, kind: str) -> list[Path]:
-        """Files that may define ``kind`` (a cheap text test, so that only those are parsed)."""
+        """Files that may define ``kind`` (a cheap text test, so that only those are parsed), in search order."""
         needles = [f"kind: {kind}\n", f"kind: {kind}\r\n", f"kind: '{kind}'", f'kind: "{kind}"', f'"kind":"{kind}"',
                    f'"kind": "{kind}"']
-        found = [p for p in self.files
+        found = [(index, p) for index, p in self._files
                  if "CustomResourceDefinition" in (text := _file_text(p)) and any(n in text for n in needles)]
-        return sorted(found, key=_pinned_first)
+        return [p for index, p in sorted(found, key=lambda item: (item[0], _pinned_first(item[1])))]
 
     def lookup(self, api_version: str, kind: str) -> CrdSchema | None:
         if "/" not in api_version:

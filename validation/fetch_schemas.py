@@ -1,10 +1,13 @@
 """``make schemas``: download the pinned upstream CRDs into a local schema cache (default ``.cache/schemas``).
 
-Pinned releases (versions.yaml): KubeRay, Argo CD and the Kubeflow training-operator (kubeflow/trainer), fetched from
-raw.githubusercontent.com at those tags with urllib. Each file is checked against its SHA-256 (taken from the
-offline copy in ``../shared/crds``, which is byte-for-byte upstream), and nothing is written unless every file
-downloaded and matched, so a failed run never leaves a half-filled cache. The layout mirrors ``../shared/crds``:
-``<dest>/kuberay-v1.7.0/ray.io_rayclusters.yaml`` etc.
+Pinned releases (versions.yaml): KubeRay, Argo CD, the Kubeflow training-operator (kubeflow/trainer) and Kueue
+(kubernetes-sigs/kueue), fetched from raw.githubusercontent.com at those tags with urllib. Each file is checked against
+its SHA-256 (taken from the offline copy in ``../shared/crds``, which is byte-for-byte upstream; Kueue's from its Go
+module ``sigs.k8s.io/kueue`` at the tag, whose ``config/components/crd/bases`` is byte-for-byte the repository's), and
+nothing is written unless every file downloaded and matched, so a failed run never leaves a half-filled cache. The
+layout mirrors ``../shared/crds``: ``<dest>/kuberay-v1.7.0/ray.io_rayclusters.yaml``,
+``<dest>/kueue-v0.17.0/kueue.x-k8s.io_clusterqueues.yaml`` etc. (Without it, validation reads Kueue's CRDs from Go's
+module cache: ``module_crds``.)
 """
 
 from __future__ import annotations
@@ -47,7 +50,12 @@ _ARGO_CD = ("argoproj/argo-cd", _V.argocd, "manifests/crds", f"argo-cd-{_V.argoc
 # the v1 training-operator's repository was renamed kubeflow/trainer (its v1.9.x tags are there)
 _TRAINING = ("kubeflow/trainer", _V.training_operator, "manifests/base/crds",
              f"training-operator-{_V.training_operator}")
-# The SHA-256 of each file at its pinned release (the offline copy in ../shared/crds is byte-for-byte upstream).
+_KUEUE = ("kubernetes-sigs/kueue", _V.kueue, "config/components/crd/bases", f"kueue-{_V.kueue}")
+_KUEUE_KINDS = ("resourceflavors", "clusterqueues", "localqueues", "admissionchecks", "multikueueconfigs",
+                "multikueueclusters", "workloads", "cohorts", "topologies", "workloadpriorityclasses",
+                "provisioningrequestconfigs")
+# The SHA-256 of each file at its pinned release (the offline copy in ../shared/crds is byte-for-byte upstream;
+# Kueue's are `sha256sum <go mod download -json sigs.k8s.io/kueue@<tag>: Dir>/config/components/crd/bases/*.yaml`).
 # Changing a version in versions.yaml needs its checksums here: `make schemas` refuses a file it has none for.
 _SHA256 = {
     ("kuberay-v1.7.0", "ray.io_rayclusters.yaml"): "c44704442eef0c6721ad40c1d66782c8bd3fdab9d3344306a5820910a679baa1",
@@ -59,6 +67,28 @@ _SHA256 = {
     ("argo-cd-v3.5.1", "appproject-crd.yaml"): "ab225266944322750136f1198d93786e4a79a0e43c8d149abfba44da30a3eac8",
     ("training-operator-v1.9.4", "kubeflow.org_pytorchjobs.yaml"):
         "8b8a8a719cc94173169290251e817f7ac2bb425c20b6c2fa813397bcf4e932ed",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_resourceflavors.yaml"):
+        "19e339c47e9ca3fa2c9eeddd27715a512f765c4794ed859733408a9715720173",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_clusterqueues.yaml"):
+        "666f5466bf85ace8c494a9a790ba87c4c18ddf3ab3eb9f18c878927d396869f3",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_localqueues.yaml"):
+        "5c5768caeb499bb869bb8f90e4f5293170b183a4a74b618f1f182264d9ce4437",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_admissionchecks.yaml"):
+        "312793990d5108ce9a4de194c493708516cb59f6f7cf0a558d51890911059dbb",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_multikueueconfigs.yaml"):
+        "af4c24fe9418749448001179df67e273f3256f08aa6aabb07215b7c3c5a8bd98",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_multikueueclusters.yaml"):
+        "45d7b81f34f383c214d3395cf771b49bf1ba0964734e69d7b8d02f992d60ebf8",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_workloads.yaml"):
+        "d4f5c22bff5074b8801412011d6d2fd68050e2868ce4dd0bba2ad523431af36d",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_cohorts.yaml"):
+        "25fce81a539c3c22a031a501c3c9382f763221016f624c7e227eb47d3abb6f59",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_topologies.yaml"):
+        "0debce5049a3931db15c99d8acddb0cc509c24fedc98f0bb0235095f7092fc11",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_workloadpriorityclasses.yaml"):
+        "b6c089d45938adf9afd21da05a6c613f29408989aa66afc09db189eb724db5a3",
+    ("kueue-v0.17.0", "kueue.x-k8s.io_provisioningrequestconfigs.yaml"):
+        "9bcf3081565fd449708a1df3aa0fcaee803e4a1eeadb7c3fe082b97545d6d988",
 }
 
 
@@ -72,6 +102,7 @@ PINNED_FILES: tuple[PinnedFile, ...] = (
                                         "ray.io_raycronjobs.yaml")),
     *(_pin(_ARGO_CD, name) for name in ("application-crd.yaml", "applicationset-crd.yaml", "appproject-crd.yaml")),
     _pin(_TRAINING, "kubeflow.org_pytorchjobs.yaml"),
+    *(_pin(_KUEUE, f"kueue.x-k8s.io_{kinds}.yaml") for kinds in _KUEUE_KINDS),
 )
 # The release folders of the pinned versions: where a schema location holds several releases of one source
 # (../shared/crds has training-operator-v1.9.0 and -v1.9.4), validation reads these first.
@@ -87,7 +118,8 @@ class FetchError(RuntimeError):
 def _offline_hint() -> str:
     return (f"`make schemas` needs network access to raw.githubusercontent.com. Offline, point "
             f"{SCHEMA_LOCATION_ENV} (or --schema-location) at a directory of CRD YAML files instead, "
-            f"e.g. {SCHEMA_LOCATION_ENV}=../shared/crds")
+            f"e.g. {SCHEMA_LOCATION_ENV}=../shared/crds (several: DIR1{os.pathsep}DIR2); Kueue's CRDs are read from "
+            f"Go's module cache when Go is installed")
 
 
 def _download(url: str, opener: Opener, timeout: float) -> bytes:

@@ -5,7 +5,9 @@ Each resource is classified first (same for both backends):
 * a file that is not valid YAML, holds more or less than one resource, has duplicate keys, or has no
   apiVersion/kind -> invalid;
 * a built-in kind of the environment's Kubernetes version -> validated against kubernetes-validate's strict schema;
-* a kind served by a CRD under the schema location -> validated against its converted ``openAPIV3Schema``;
+* a kind served by a CRD under the schema location(s) -> validated against its converted ``openAPIV3Schema``;
+* a kind no location serves whose group publishes its CRDs in a pinned Go module (Kueue's: ``module_crds``) ->
+  the same, with the CRDs read from Go's module cache;
 * anything else -> skipped, which FAILS unless its ``apiVersion/Kind`` is in ``skip_allowlist.ALLOWED_TO_SKIP``.
   When custom resources have no CRD because the schema location is missing or holds no CRDs,
   ``MissingSchemasError`` says how to get them.
@@ -27,9 +29,16 @@ from . import kubeconform as kc
 from .builtin_schemas import OBJECT_META, STANDALONE_REF_PREFIX, BuiltinSchemas, is_builtin_group, package_version
 from .crd_schemas import CrdSchemaStore
 from .manifests import Manifest, load_manifests
+from .module_crds import ModuleCrdsUnavailable, crd_directory, source_for
 from .report import INVALID, SKIPPED, VALID, Report, ResourceResult, SchemaIssue, display_path
 from .schema_errors import describe_errors
-from .schema_location import MissingSchemasError, how_to_get_schemas, resolve_schema_location
+from .schema_location import (
+    Locations,
+    MissingSchemasError,
+    describe_locations,
+    how_to_get_schemas,
+    resolve_schema_locations,
+)
 from .skip_allowlist import ALLOWED_TO_SKIP, skip_key
 
 BACKENDS = ("auto", "in-process", "kubeconform")
@@ -46,7 +55,7 @@ class _Classified:
 
 
 def validate_manifests(apps_env_dir: str | os.PathLike[str], kube_version: str,
-                       schema_location: str | os.PathLike[str] | None = None, *,
+                       schema_location: Locations | None = None, *,
                        env_name: str | None = None,
                        allowed_skips: Mapping[str, str] | None = None,
                        backend: str = "auto",
@@ -54,25 +63,32 @@ def validate_manifests(apps_env_dir: str | os.PathLike[str], kube_version: str,
     """Validate every YAML file under ``apps_env_dir`` (one resource per file).
 
     ``kube_version``: the Kubernetes version the environment declares (e.g. ``"1.34.0"``).
-    ``schema_location``: directory searched recursively for CRD YAML; ``None`` -> ``$RAY_GITOPS_SCHEMA_LOCATION``
-    or ``<repo>/.cache/schemas``. ``allowed_skips``: defaults to ``skip_allowlist.ALLOWED_TO_SKIP``.
+    ``schema_location``: directory searched recursively for CRD YAML, or several (a list, or a string separated by
+    ``os.pathsep``: searched in order, the first that serves a kind wins); ``None`` -> ``$RAY_GITOPS_SCHEMA_LOCATION``
+    or ``<repo>/.cache/schemas``. Kinds none of them serves whose CRDs are in a pinned Go module (Kueue's) are read
+    from Go's module cache. ``allowed_skips``: defaults to ``skip_allowlist.ALLOWED_TO_SKIP``.
     ``backend``: ``auto`` (kubeconform if on PATH), ``in-process`` or ``kubeconform``.
-    Raises ``MissingSchemasError`` when custom resources are present and the schema location holds no CRDs.
+    Raises ``MissingSchemasError`` when custom resources are present and the schema location(s) hold no CRDs.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
     apps_env_dir = Path(apps_env_dir)
-    location = resolve_schema_location(schema_location)
+    locations = resolve_schema_locations(schema_location)
     allowed = ALLOWED_TO_SKIP if allowed_skips is None else allowed_skips
     builtins = BuiltinSchemas(kube_version)
-    crds = CrdSchemaStore(location)
+    crds = CrdSchemaStore(locations)
+    given_hold_crds = crds.has_crds
 
     classified = [_classify(m, builtins, crds) for m in load_manifests(apps_env_dir)]
+    module_dirs, module_notes, unavailable = _module_crds(classified)
+    if module_dirs:
+        crds = CrdSchemaStore([*locations, *module_dirs])
+        classified = [_classify(c.manifest, builtins, crds) if c.source == _UNKNOWN else c for c in classified]
     missing_crd_kinds = sorted({f"{c.manifest.api_version} {c.manifest.kind}" for c in classified
                                 if c.source == _UNKNOWN and not is_builtin_group(c.manifest.api_version)
                                 and skip_key(c.manifest.api_version, c.manifest.kind) not in allowed})
-    if missing_crd_kinds and not crds.has_crds:
-        raise MissingSchemasError(how_to_get_schemas(location, missing_crd_kinds))
+    if missing_crd_kinds and not given_hold_crds:
+        raise MissingSchemasError(how_to_get_schemas(locations, missing_crd_kinds, unavailable.values()))
 
     binary = kubeconform_binary or (kc.find_kubeconform() if backend != "in-process" else None)
     if backend == "kubeconform" and not binary:
@@ -83,9 +99,10 @@ def validate_manifests(apps_env_dir: str | os.PathLike[str], kube_version: str,
                     backend="kubeconform" if use_kubeconform else "in-process",
                     kubernetes_version=kube_version,
                     builtin_schema_version=builtins.used_version,
-                    schema_location=str(location))
+                    schema_location=os.pathsep.join(str(p) for p in crds.locations))
     if builtins.choice.note:
         report.notes.append(builtins.choice.note)
+    report.notes += module_notes
 
     to_validate = [c for c in classified if c.source in (_BUILTIN, _CRD)]
     checked: dict[int, ResourceResult] = {}
@@ -99,8 +116,28 @@ def validate_manifests(apps_env_dir: str | os.PathLike[str], kube_version: str,
         if id(c) in checked:
             report.results.append(checked[id(c)])
         else:
-            report.results.append(_unvalidated_result(c, builtins, location, allowed))
+            report.results.append(_unvalidated_result(c, builtins, crds.locations, allowed, unavailable))
     return report
+
+
+def _module_crds(classified: list[_Classified]) -> tuple[list[Path], list[str], dict[str, str]]:
+    """For the kinds no location serves whose group's CRDs are in a pinned Go module (Kueue's): that module's CRD
+    folder in Go's module cache. Returns the folders, a note for each, and {group: why it could not be had}."""
+    dirs: list[Path] = []
+    notes: list[str] = []
+    unavailable: dict[str, str] = {}
+    sources = {source_for(c.manifest.api_version) for c in classified if c.source == _UNKNOWN}
+    for source in sorted((s for s in sources if s is not None), key=lambda s: s.group):
+        try:
+            directory = crd_directory(source)
+        except ModuleCrdsUnavailable as exc:
+            unavailable[source.group] = (f"{source.describe()} are read from Go's module cache when no schema "
+                                         f"location serves them, but: {exc}. {source.how_to_get()}.")
+            continue
+        dirs.append(directory)
+        notes.append(f"{source.describe()}, read from Go's module cache (no schema location serves them): "
+                     f"{directory}")
+    return dirs, notes, unavailable
 
 
 def _classify(manifest: Manifest, builtins: BuiltinSchemas, crds: CrdSchemaStore) -> _Classified:
@@ -144,8 +181,8 @@ def _validate_in_process(c: _Classified, builtins: BuiltinSchemas) -> ResourceRe
     return result
 
 
-def _unvalidated_result(c: _Classified, builtins: BuiltinSchemas, location: Path,
-                        allowed: Mapping[str, str]) -> ResourceResult:
+def _unvalidated_result(c: _Classified, builtins: BuiltinSchemas, locations: list[Path],
+                        allowed: Mapping[str, str], unavailable: Mapping[str, str]) -> ResourceResult:
     m = c.manifest
     if c.source == _BROKEN:
         result = _base_result(m, INVALID)
@@ -159,7 +196,10 @@ def _unvalidated_result(c: _Classified, builtins: BuiltinSchemas, location: Path
     where = (f"not a built-in kind of Kubernetes {builtins.used_version} (kubernetes-validate "
              f"{package_version()})")
     if not is_builtin_group(m.api_version):
-        where += f" and no CRD under {location} serves it"
+        where += f" and no CRD under {describe_locations(locations)} serves it"
+        source = source_for(m.api_version)
+        if source is not None and source.group in unavailable:
+            where += ". " + unavailable[source.group].rstrip(".")
     result.issues = [SchemaIssue(
         "apiVersion/kind",
         f"no schema for {m.api_version} {m.kind}: {where}. Fix the apiVersion/kind, add its CRD to the schema "

@@ -47,7 +47,7 @@ def test_each_project_allows_exactly_what_its_apps_render(env):
     """The platform project: what apps/<env>/platform renders plus what the operators' manifests need; the workload
     project: what the other folders render, nothing more."""
     platform = load(MANAGED / f"appproject-{env}-platform.yaml")["spec"]
-    operators = set(argocd.OPERATOR_CLUSTER_KINDS) | set(argocd.OPERATOR_NAMESPACED_KINDS)
+    operators = argocd.operator_cluster_kinds(environments.load(REPO, env)) | set(argocd.OPERATOR_NAMESPACED_KINDS)
     assert allowed(platform) == kinds_in(env, apps=PLATFORM) | operators
     workload = load(MANAGED / f"appproject-{env}.yaml")["spec"]
     assert allowed(workload) == kinds_in(env, skip=PLATFORM)
@@ -79,7 +79,9 @@ def test_the_platform_project_serves_the_operators_and_the_platform_app(env):
     doc = environments.load(REPO, env).doc
     project = load(MANAGED / f"appproject-{env}-platform.yaml")["spec"]
     assert {d["server"] for d in project["destinations"]} == set(servers(env))
-    assert {d["namespace"] for d in project["destinations"]} == {doc["target"]["namespace"], "kuberay-system", "kubeflow"}
+    queues = (doc.get("queueing") or {}).get("enabled", False)  # Kueue's namespace and its visibility RoleBinding's
+    assert {d["namespace"] for d in project["destinations"]} == {doc["target"]["namespace"], "kuberay-system", "kubeflow",
+                                                                 *(("kueue-system", "kube-system") if queues else ())}
     assert doc["gitops"]["repoURL"] in project["sourceRepos"]
     assert "*" not in json.dumps(project)
     held = [load(p) for p in MANAGED.glob(f"application-{env}-*.yaml")]
@@ -177,8 +179,10 @@ def test_one_application_per_app_directory(env):
 
 def test_autoscaled_environment_ignores_worker_replicas():
     eks = load(MANAGED / "applicationset-eks.yaml")["spec"]["template"]["spec"]
-    assert eks["ignoreDifferences"] == [{"group": "ray.io", "kind": "RayCluster",
-                                         "jqPathExpressions": [".spec.workerGroupSpecs[].replicas"]}]
+    assert eks["ignoreDifferences"][0] == {"group": "ray.io", "kind": "RayCluster",
+                                           "jqPathExpressions": [".spec.workerGroupSpecs[].replicas"]}
+    # and, because eks queues, the suspend Kueue owns (tests/generator/test_queueing.py)
+    assert {d["kind"] for d in eks["ignoreDifferences"][1:]} == {"RayJob", "PyTorchJob"}
     minikube = load(MANAGED / "applicationset-minikube.yaml")["spec"]["template"]["spec"]
     assert "ignoreDifferences" not in minikube
 
@@ -190,8 +194,9 @@ def test_operators_are_pinned_applications_the_root_orders_before_the_apps(prefi
     member = MEMBERS[prefix]
     env = member.name
     apps = held_apps(member)
+    queues = (member.doc.get("queueing") or {}).get("enabled", False)
     assert set(apps) == {f"{prefix}-kuberay-crds", f"{prefix}-kuberay-operator", f"{prefix}-training-operator",
-                         f"{prefix}-platform"}
+                         f"{prefix}-platform", *([f"{prefix}-kueue"] if queues else [])}
     src = {name[len(prefix) + 1:]: app["spec"]["source"] for name, app in apps.items()}
     assert src["kuberay-operator"]["targetRevision"] == "1.7.0" and src["kuberay-operator"]["chart"] == "kuberay-operator"
     assert src["kuberay-operator"]["helm"] == {"skipCrds": True}
@@ -210,6 +215,8 @@ def test_operators_are_pinned_applications_the_root_orders_before_the_apps(prefi
             < wave(apps[f"{prefix}-kuberay-crds"]) < wave(apps[f"{prefix}-kuberay-operator"])
             <= wave(apps[f"{prefix}-training-operator"]) < wave(apps[f"{prefix}-platform"])
             < wave(load(MANAGED / f"applicationset-{env}.yaml")))
+    if queues:  # Kueue's CRDs and webhooks before the platform app's ClusterQueue and LocalQueue
+        assert wave(apps[f"{prefix}-kueue"]) < wave(apps[f"{prefix}-platform"])
 
 
 @pytest.mark.parametrize("prefix", sorted(MEMBERS))

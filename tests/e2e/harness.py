@@ -27,6 +27,12 @@ def environment(env: str) -> dict:
     return environments.load(ROOT, env).doc
 
 
+def operator_apps(env: str) -> list[str]:
+    """The operator Applications each cluster of the environment gets (Kueue where it queues)."""
+    queues = (environment(env).get("queueing") or {}).get("enabled", False)
+    return ["kuberay-crds", "kuberay-operator", "training-operator", *(["kueue"] if queues else [])]
+
+
 def envs_where(predicate) -> list[str]:
     from e2e import nodes
     return [env for env in nodes.environments() if predicate(environment(env))]
@@ -235,7 +241,7 @@ class Harness:
             own = self.work / "apps" / env / "clusters" / key.removeprefix(f"{env}-")
             folders = [d for d in (self.work / "apps" / env).iterdir() if d.is_dir() and d.name != "clusters"]
             folders += [d for d in own.iterdir() if d.is_dir()] if own.is_dir() else []
-            apps |= {f"{key}-{name}" for name in ("kuberay-crds", "kuberay-operator", "training-operator")}
+            apps |= {f"{key}-{name}" for name in operator_apps(env)}
             apps |= {f"{key}-{d.name}" for d in folders}
         return apps
 

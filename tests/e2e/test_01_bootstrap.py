@@ -8,7 +8,7 @@ import pytest
 
 from e2e import nodes
 from tests.e2e import harness
-from tests.e2e.harness import wait_for
+from tests.e2e.harness import operator_apps, wait_for
 
 BOOTSTRAP_TIMEOUT = 420
 
@@ -86,7 +86,7 @@ def test_every_app_synced_and_healthy(e2e, bootstrapped, env):
 def test_workloads_come_after_their_operators_and_platform_are_healthy(e2e, bootstrapped, env):
     """The root's sync waves order CRDs -> operators -> platform -> workloads for real: the environment's
     ApplicationSet (the workloads) is created only once the CRD, operator and platform Applications are Healthy."""
-    operators = [f"{env}-kuberay-crds", f"{env}-kuberay-operator", f"{env}-training-operator", f"{env}-platform"]
+    operators = [f"{env}-{app}" for app in (*operator_apps(env), "platform")]
 
     def check():
         missing = [n for n in operators if not bootstrapped.first_healthy.get(n)]

@@ -83,7 +83,8 @@ def test_each_cluster_gets_its_secret_operators_and_platform_with_unique_names(r
     assert single <= files
     assert files - single == {"secret-cluster-eks-west-b.yaml", "application-eks-west-b-kuberay-crds.yaml",
                               "application-eks-west-b-kuberay-operator.yaml",
-                              "application-eks-west-b-training-operator.yaml", "application-eks-west-b-platform.yaml"}
+                              "application-eks-west-b-training-operator.yaml", "application-eks-west-b-platform.yaml",
+                              "application-eks-west-b-kueue.yaml"}  # eks queues (Kueue on every cluster of it)
     secret = managed(repo_copy, "secret-cluster-eks-west-b.yaml")
     assert secret["stringData"]["server"] == SECOND and secret["stringData"]["name"] == "eks-training-b"
     assert secret["metadata"]["labels"]["ray-gitops/cluster"] == "west-b"
@@ -114,7 +115,8 @@ def test_projects_cover_exactly_the_environments_clusters():
     assert {d["namespace"] for d in workload["spec"]["destinations"]} == {"ray-training"}
     platform = managed(REPO, "appproject-eks-platform.yaml")
     assert {d["server"] for d in platform["spec"]["destinations"]} == {HOME, SECOND}
-    assert len(platform["spec"]["destinations"]) == 2 * 3  # each server x (env, kuberay, kubeflow namespaces)
+    # each server x (env, kuberay, kubeflow namespaces, and Kueue's kueue-system and kube-system: eks queues)
+    assert len(platform["spec"]["destinations"]) == 2 * 5
 
 
 def test_one_applicationset_generates_shared_and_per_cluster_apps_by_the_clusters_prefix():

@@ -84,13 +84,48 @@ def test_referenced_sources_are_the_operators_not_this_repository():
     assert {(s["repoURL"], s["targetRevision"]) for s in sources} == {
         ("https://github.com/ray-project/kuberay.git", "v1.7.0"),
         ("https://ray-project.github.io/kuberay-helm/", "1.7.0"),
-        ("https://github.com/kubeflow/trainer.git", "v1.9.4")}
+        ("https://github.com/kubeflow/trainer.git", "v1.9.4"),
+        ("https://github.com/kubernetes-sigs/kueue.git", "v0.17.0")}
 
 
 def test_the_training_operator_built_is_the_one_argo_cd_installs():
     """One version: the component's go.mod pins what the Argo CD layer deploys."""
     deployed = {s["targetRevision"] for s in world.referenced_sources(REPO) if "trainer" in s["repoURL"]}
     assert deployed == {components.BY_NAME["training-operator"].version}
+
+
+def test_the_kueue_built_is_the_one_argo_cd_installs():
+    deployed = {s["targetRevision"] for s in world.referenced_sources(REPO) if "kueue" in s["repoURL"]}
+    assert deployed == {components.BY_NAME["kueue"].version}
+
+
+def test_kueue_reads_its_config_file_with_its_listen_addresses_moved(tmp_path):
+    """Kueue's listen addresses are in its config file, a configMap volume mounted with subPath (one file, which a
+    bind mount of the volume's directory cannot give): the operator pods' kubelet hands Kueue the projected file,
+    with each address moved to the port chosen for it, and binds no directory over /controller_manager_config.yaml."""
+    from e2e import operator_pods
+    op = operator_pods.operator_for("registry.k8s.io/kueue/kueue:v0.17.0")
+    assert op is not None and op.binary == "kueue" and op.container_ports == {9443: "webhook", 8082: "visibility"}
+    app = yaml.safe_load((REPO / "argocd/managed/application-eks-kueue.yaml").read_text())
+    config = yaml.safe_load(app["spec"]["source"]["kustomize"]["patches"][0]["patch"])["data"][
+        "controller_manager_config.yaml"]
+    volume = tmp_path / "volumes" / "manager-config"
+    volume.mkdir(parents=True)
+    (volume / "controller_manager_config.yaml").write_text(config)
+    mounts = [{"path": "/controller_manager_config.yaml", "host": str(volume), "kind": "configmap",
+               "sub_path": "controller_manager_config.yaml"}]
+    ports = {"webhook": 40001, "probe": 40002, "metrics": 40003, "visibility": 40004}
+    arg = operator_pods.OperatorPods._file_argument("--config=/controller_manager_config.yaml", mounts, tmp_path,
+                                                    op, ports)
+    flag, _, path = arg.partition("=")
+    assert flag == "--config" and path.startswith(str(tmp_path))
+    moved = yaml.safe_load(open(path).read())
+    assert moved["webhook"]["port"] == 40001
+    assert moved["health"]["healthProbeBindAddress"] == "127.0.0.1:40002"
+    assert moved["metrics"]["bindAddress"] == "127.0.0.1:40003"
+    assert moved["integrations"] == yaml.safe_load(config)["integrations"], "nothing else changes"
+    assert operator_pods.OperatorPods._file_argument("--zap-log-level=2", mounts, tmp_path, op, ports) == \
+        "--zap-log-level=2"
 
 
 def test_kuberay_substitution_is_declared():

@@ -15,8 +15,11 @@ from tests.support import REPO
 
 @pytest.mark.parametrize("env", ["minikube", "eks"])
 def test_expected_are_the_operator_apps_and_one_per_app_directory(env):
+    from generator import environments, queueing
     expected = bootstrap.expected_applications(REPO, env)
     operators = {f"{env}-{name}" for name in ("kuberay-crds", "kuberay-operator", "training-operator")}
+    if queueing.enabled(environments.load(REPO, env)):  # Kueue, where the environment queues (generator/queueing.py)
+        operators.add(f"{env}-kueue")
     dirs = {f"{env}-{d.name}" for d in (REPO / "apps" / env).iterdir() if d.is_dir() and d.name != "clusters"}
     dirs |= {f"{env}-{d.name}" for d in (REPO / "apps" / env).glob(f"clusters/{env}/*")}
     assert {name for name in expected if not name.startswith(f"{env}-west-b-")} == operators | dirs

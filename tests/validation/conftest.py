@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.validation.support import FIXTURES, crd_location
+from tests.support import go_module_dir
+from tests.validation.support import FIXTURES, KUEUE, crd_location
+from validation import module_crds
 
 
 @pytest.fixture(scope="session")
@@ -67,3 +69,39 @@ def no_kubeconform(tmp_path, monkeypatch):
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
     monkeypatch.setattr(kubeconform, "BUILT_GLOB", "no-e2e-build-here/tools-*/kubeconform")
+
+
+@pytest.fixture(scope="session")
+def kueue_module() -> Path:
+    """The pinned Kueue module's directory in Go's module cache (the test fails with Go's message without it)."""
+    return go_module_dir(KUEUE.module, KUEUE.version)
+
+
+@pytest.fixture
+def kueue_crd_dir(kueue_module) -> Path:
+    return kueue_module / KUEUE.directory
+
+
+@pytest.fixture
+def fresh_module_crds():
+    """Validation asks Go again (its answer is kept per process), before and after the test."""
+    module_crds.forget()
+    yield
+    module_crds.forget()
+
+
+@pytest.fixture
+def no_go(tmp_path, monkeypatch, fresh_module_crds):
+    """No `go` on PATH (an empty PATH): Kueue's CRDs cannot come from Go's module cache."""
+    empty = tmp_path / "no-go-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert shutil.which("go") is None
+
+
+@pytest.fixture
+def go_offline_empty_cache(tmp_path, monkeypatch, fresh_module_crds):
+    """Go is there, but with an empty module cache and no module proxy: `go mod download` fails."""
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "empty-gomodcache"))
+    monkeypatch.setenv("GOPROXY", "off")
+    monkeypatch.setenv("GOFLAGS", "-modcacherw")

@@ -5,11 +5,24 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from validation.module_crds import SOURCES
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 KUBE_VERSION = "1.34.0"
 INVALID_DIR = FIXTURES / "schema" / "invalid"
 GOOD = FIXTURES / "apps" / "good"
+# Kueue's kinds, validated against the pinned module's CRDs (../shared/crds has none): fixtures/kueue/good is the eks
+# render's platform folder, fixtures/kueue/invalid one error each
+KUEUE_FIXTURES = FIXTURES / "kueue"
+[KUEUE] = [source for source in SOURCES if source.group == "kueue.x-k8s.io"]
+KUEUE_INVALID_CASES = [
+    ("clusterqueue-nominalquota-array.yaml", "spec.resourceGroups[0].flavors[0].resources[0].nominalQuota",
+     "expected integer or string, got array"),
+    ("clusterqueue-unknown-field.yaml", "spec.queueingStrategie", "unknown field"),
+    ("resourceflavor-missing-required.yaml", "spec.nodeTaints[0].key", "required field is missing"),
+    ("localqueue-wrong-type.yaml", "spec.clusterQueue", "expected string, got integer"),
+]
 
 INVALID_CASES = [
     # RayCluster / RayJob / PyTorchJob / Application against ../shared/crds

@@ -30,6 +30,19 @@ end
 
 local specSuspend = obj.spec ~= nil and obj.spec.runPolicy ~= nil and obj.spec.runPolicy.suspend == true
 
+-- Kueue: a PyTorchJob labelled with a queue is created suspended and resumed when Kueue admits it, so a suspended
+-- queued job is waiting for quota, not paused by a person.
+local labels = {}
+if obj.metadata ~= nil and obj.metadata.labels ~= nil then
+  labels = obj.metadata.labels
+end
+local queue = labels["kueue.x-k8s.io/queue-name"]
+local waitingForQuota = nonempty(queue) and specSuspend
+if waitingForQuota and not isTrue("Failed") and not isTrue("Succeeded") then
+  return result("Progressing", "Waiting for quota in LocalQueue " .. queue ..
+    ": Kueue starts the PyTorchJob (spec.runPolicy.suspend false) when its ClusterQueue has room")
+end
+
 if not any then
   if specSuspend then
     return result("Progressing", "Waiting for the training-operator to suspend the PyTorchJob")
