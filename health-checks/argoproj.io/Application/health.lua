@@ -22,6 +22,18 @@ if obj.status.health.message ~= nil and obj.status.health.message ~= "" then
 end
 
 local health = obj.status.health.status
+-- Healthy only once the Application has applied what git says: an Application whose sync is still running, or
+-- that has not synced yet, reports the health of what is live so far (Argo CD v3.5 reports a platform app Healthy
+-- before its first sync, with none of its resources there), and the root would start the next wave on it. Found
+-- by the e2e: with Kueue's ClusterQueue making eks's platform sync longer, a job's pod was created before the
+-- namespace's ResourceQuota existed.
+local running = obj.status.operationState ~= nil and obj.status.operationState.phase == "Running"
+if health == "Healthy" and running then
+  return result("Progressing", message .. "; a sync is running")
+end
+if health == "Healthy" and sync == "OutOfSync" then
+  return result("Progressing", message .. "; waiting for it to sync")
+end
 if health == "Healthy" then
   return result("Healthy", message)
 end
