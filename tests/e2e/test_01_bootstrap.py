@@ -30,7 +30,7 @@ def test_applicationsets_generate_every_promised_application(e2e, bootstrapped):
         if unexpected:
             problems.append(f"not promised: {', '.join(sorted(unexpected))}")
         return not problems, "; ".join(problems) or names
-    names = wait_for(check, 240, 5, "the ApplicationSets did not generate the promised Applications")
+    names = wait_for(check, BOOTSTRAP_TIMEOUT, 5, "the ApplicationSets did not generate the promised Applications")
     assert len(names) == len(set(names)), "two Applications share a name"
 
 
