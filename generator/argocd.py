@@ -66,8 +66,6 @@ KUEUE_VERSION = versions.pinned().kueue
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_STAGING_IMAGE = "us-central1-docker.pkg.dev/k8s-staging-images/kueue/kueue"
 KUEUE_IMAGE = "registry.k8s.io/kueue/kueue"
-# config/default puts the visibility API's RoleBinding (extension-apiserver-authentication-reader) in kube-system
-KUEUE_EXTRA_NAMESPACES = ("kube-system",)
 
 # What the operators' upstream manifests create, allowed in each environment's project on their behalf
 # (apps/ renders none of these). Reviewed here, in one place.
@@ -78,11 +76,7 @@ OPERATOR_CLUSTER_KINDS = [
     ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration"),
     ("", "Namespace"),
 ]
-# ... and what Kueue's adds, where an environment queues
-KUEUE_CLUSTER_KINDS = [
-    ("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
-    ("apiregistration.k8s.io", "APIService"),  # Kueue's visibility API (pending workloads)
-]
+
 OPERATOR_NAMESPACED_KINDS = [
     ("", "ServiceAccount"),
     ("", "Service"),
@@ -238,16 +232,13 @@ def platform_project(env: Environment, kinds: set, repo_url: str, members: list[
 
 
 def operator_cluster_kinds(env: Environment) -> set[tuple[str, str]]:
-    """The cluster-scoped kinds the environment's operators' manifests create (Kueue's too where it queues)."""
-    return set(OPERATOR_CLUSTER_KINDS) | (set(KUEUE_CLUSTER_KINDS) if queueing.enabled(env) else set())
+    """The cluster-scoped kinds the environment's operators' manifests create."""
+    return set(OPERATOR_CLUSTER_KINDS) | {kind for op in operators(env) for kind in op.get("clusterKinds", ())}
 
 
 def operator_namespaces(env: Environment) -> set[str]:
     """Where the environment's operators' manifests put things."""
-    out = {op["namespace"] for op in operators(env)}
-    if queueing.enabled(env):
-        out |= set(KUEUE_EXTRA_NAMESPACES)
-    return out
+    return {ns for op in operators(env) for ns in (op["namespace"], *op.get("namespaces", ()))}
 
 
 def platform_windows(env: Environment) -> list[dict]:
@@ -387,14 +378,18 @@ INIT_TEMPLATE_ANNOTATION = "ray-gitops/pytorch-init-container"
 INIT_TEMPLATE_DIR = "/etc/config"  # where the operator looks (kubeflow/trainer v1.9.4 pkg/config/config.go:31)
 
 
+def _without_comments(path: Path) -> str:
+    """An operator_config file as the operator reads it: the lines starting with # (ours, for reviewers) dropped."""
+    return "".join(line for line in path.read_text().splitlines(keepends=True) if not line.startswith("#"))
+
+
 def pytorch_init_container_patch() -> dict:
     """A kustomize patch of the upstream training-operator Deployment that hands the operator our hardened
     init-container template (operator_config/pytorch-init-container.yaml) at /etc/config/initContainer.yaml.
     The template rides in a pod-template annotation, projected as a file by a downwardAPI volume: no extra object
     to order before the operator, and a changed template changes the pod template, so the operator (which reads
     the file once, at start) is rolled and picks it up."""
-    template = "".join(line for line in PYTORCH_INIT_CONTAINER.read_text().splitlines(keepends=True)
-                       if not line.startswith("#"))
+    template = _without_comments(PYTORCH_INIT_CONTAINER)
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "training-operator"},
         "spec": {"template": {
@@ -414,7 +409,7 @@ def pytorch_init_container_patch() -> dict:
 def kueue_config_patch() -> dict:
     """Kueue's ConfigMap with our configuration (operator_config/kueue-manager-config.yaml): the integrations this
     repository renders. The Deployment mounts it (subPath) and Kueue reads it at start."""
-    config = "".join(line for line in KUEUE_CONFIG.read_text().splitlines(keepends=True) if not line.startswith("#"))
+    config = _without_comments(KUEUE_CONFIG)
     # named as config/components/manager generates it: a patch in config/default (where Argo CD adds it) matches
     # the name before that kustomization's namePrefix (kueue-) is applied
     configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "manager-config"},
@@ -437,7 +432,12 @@ OPERATORS = [
     {"name": "kueue", "wave": -11, "namespace": KUEUE_NAMESPACE, "when": queueing.enabled,
      "source": {"repoURL": KUEUE_GIT_REPO, "targetRevision": KUEUE_VERSION, "path": "config/default"},
      "images": (f"{KUEUE_STAGING_IMAGE}={KUEUE_IMAGE}:{KUEUE_VERSION}",),
-     "patches": (kueue_config_patch,)},
+     "patches": (kueue_config_patch,),
+     # beyond OPERATOR_CLUSTER_KINDS: its mutating webhooks and its visibility API (pending workloads); and
+     # config/default puts that API's RoleBinding (extension-apiserver-authentication-reader) in kube-system
+     "clusterKinds": (("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+                      ("apiregistration.k8s.io", "APIService")),
+     "namespaces": ("kube-system",)},
 ]
 
 
