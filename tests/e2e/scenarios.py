@@ -56,7 +56,7 @@ def shorten_pytorchjob_ttl(e2e) -> None:
         wait_for(check, 240, 5, "the shorter TTL did not reach the cluster")
 
 
-def _ended(kind: str, obj: dict) -> bool:
+def run_ended(kind: str, obj: dict) -> bool:
     status = obj.get("status") or {}
     if kind == "RayJob":
         return status.get("jobDeploymentStatus") in ("Complete", "Failed")
@@ -78,7 +78,7 @@ def finish_all(e2e, timeout: float = 360) -> tuple[dict, list[str]]:
         for env, kind, name in sorted(pending):
             plural, gv = ("rayjobs", RAY) if kind == "RayJob" else ("pytorchjobs", KUBEFLOW)
             obj = e2e.custom(env).get_namespaced_custom_object(*gv, e2e.namespace(env), plural, name)
-            if _ended(kind, obj):
+            if run_ended(kind, obj):
                 ended[(env, kind, name)] = obj
                 pending.discard((env, kind, name))
                 continue

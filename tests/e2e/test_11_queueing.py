@@ -13,7 +13,7 @@ import pytest
 
 from e2e import argo
 from tests.e2e.harness import BUDGETS, KUBEFLOW, RAY, wait_for
-from tests.e2e.scenarios import job_name, job_pod_selector
+from tests.e2e.scenarios import job_name, job_pod_selector, run_ended
 
 ENV = "eks"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -41,12 +41,25 @@ def _condition(obj: dict | None, kind: str) -> dict:
 
 def _end_every_other_run(e2e) -> None:
     """The quota is the environment's: runs of the other jobs would share it. End what still runs on this cluster,
-    as its pods would (a RayJob's submitter, a PyTorchJob's pods exit 0), and wait until Kueue holds nothing."""
+    as its pods would (a RayJob's submitter, a PyTorchJob's pods exit 0), and wait until Kueue holds nothing. First
+    every job app of this cluster is Synced, so its runs exist: run alone, on a fresh cluster, the scenario would
+    otherwise find Kueue holding nothing before the environment's own jobs arrive and take the quota."""
+    second = tuple(f"{key}-" for key, c in e2e.clusters.items() if c.get("environment") == ENV and key != ENV)
+    jobs = {n for n in e2e.expected_apps(ENV) if n.startswith(f"{ENV}-job-") and not n.startswith(second)}
+
+    def synced():
+        apps = {a["metadata"]["name"]: a for a in e2e.apps()}
+        missing = [n for n in sorted(jobs) if n not in apps or e2e.app_state(apps[n])[0] != "Synced"]
+        return not missing, f"not Synced yet: {missing}"
+    wait_for(synced, 600, 5, "eks's job apps to sync their runs")
+
     def check():
         busy = []
         for kind, gv, plural in (("RayJob", RAY, "rayjobs"), ("PyTorchJob", KUBEFLOW, "pytorchjobs")):
             for obj in e2e.objects(ENV, gv, plural):
                 name = obj["metadata"]["name"]
+                if not run_ended(kind, obj):
+                    busy.append(f"{kind} {name} has not ended")
                 for pod in e2e.pods(ENV, job_pod_selector(kind, name)):
                     if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
                         e2e.finish_pod(ENV, pod, 0)
@@ -165,21 +178,22 @@ def test_status_shows_the_queue_and_diagnose_names_the_quota(e2e, queued):
     assert "environments/eks.yaml" in out and "vars.gpuQuota" in out, out
 
 
-def test_the_second_job_runs_when_the_first_ends(e2e, queued):
-    first = _runs(e2e)[queued["first"]]
-    ended_at = None
-
-    def finish():
-        nonlocal ended_at
-        run = _runs(e2e)[queued["first"]]
+def _run_to_its_end(e2e, job: str, timeout: float) -> float:
+    """End the job's run as its submitter would (exit 0) once it runs, and wait until KubeRay says Complete.
+    Returns when that was first seen (time.monotonic())."""
+    def check():
+        run = _runs(e2e)[job]
         if (run.get("status") or {}).get("jobDeploymentStatus") == "Complete":
-            ended_at = ended_at or time.monotonic()
-            return True, run
-        for pod in e2e.pods(ENV, job_pod_selector("RayJob", first["metadata"]["name"])):
+            return True, time.monotonic()
+        for pod in e2e.pods(ENV, job_pod_selector("RayJob", run["metadata"]["name"])):
             if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
                 e2e.finish_pod(ENV, pod, 0)
         return False, (run.get("status") or {}).get("jobDeploymentStatus")
-    wait_for(finish, 300, 3, f"{queued['first']} to end")
+    return wait_for(check, timeout, 3, f"{job} to run and end")
+
+
+def test_the_second_job_runs_when_the_first_ends(e2e, queued):
+    ended_at = _run_to_its_end(e2e, queued["first"], 300)
 
     def admitted():
         run = _runs(e2e)[queued["second"]]
@@ -188,14 +202,5 @@ def test_the_second_job_runs_when_the_first_ends(e2e, queued):
         return ok, (run["spec"].get("suspend"), (run.get("status") or {}).get("jobDeploymentStatus"))
     wait_for(admitted, 240, 2, f"{queued['second']} to be admitted once {queued['first']} ended")
     BUDGETS["queued job admitted after the first ended (s)"] = round(time.monotonic() - ended_at, 1)
-
-    def finish_second():
-        run = _runs(e2e)[queued["second"]]
-        if (run.get("status") or {}).get("jobDeploymentStatus") == "Complete":
-            return True, run
-        for pod in e2e.pods(ENV, job_pod_selector("RayJob", run["metadata"]["name"])):
-            if pod.status.phase == "Running" and not pod.metadata.deletion_timestamp:
-                e2e.finish_pod(ENV, pod, 0)
-        return False, (run.get("status") or {}).get("jobDeploymentStatus")
-    wait_for(finish_second, 300, 3, f"{queued['second']} to run and end")
+    _run_to_its_end(e2e, queued["second"], 300)
     e2e.wait_synced_healthy(ENV, 240, names={f"{ENV}-job-{job}" for job in JOBS})
