@@ -9,7 +9,6 @@ inputs did not change is not built again (a changed input rebuilds the steps aft
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 
 from generator import versions
 
-from . import context, debian_base, wheelhouse
+from . import context, debian_base, record, wheelhouse
 from .buildah import Buildah
 from .errors import ImageError
 
@@ -77,6 +76,12 @@ def source_hash(variant: str, base: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def inputs_hash(request: Request) -> str:
+    """The buildah build's inputs: the source files, the Debian base's recipe and the wheelhouse's pins."""
+    return source_hash(request.variant, f"{debian_base.reference()} {debian_base.recipe_hash()} "
+                                        f"{wheelhouse.directory(request.cache).name}")
+
+
 def build(request: Request, out=sys.stderr) -> Built:
     builder = choose(request.builder)
     start = time.monotonic()
@@ -92,14 +97,22 @@ def build(request: Request, out=sys.stderr) -> Built:
     buildah = Buildah(request.cache)
     # whether anything changed is decided before anything is fetched: an up-to-date image needs neither the
     # wheelhouse (which CI deletes once the image is built, for the disk) nor the base
-    wanted = source_hash(request.variant, f"{debian_base.reference()} {debian_base.recipe_hash()} "
-                                          f"{wheelhouse.directory(request.cache).name}")
-    record = request.cache / "sources.json"  # reference -> {image id, inputs hash}: beside the image, not a label
-    known = json.loads(record.read_text()) if record.is_file() else {}
+    wanted = inputs_hash(request)
+    known = record.entry(request.cache, request.reference)  # beside the image, not a label
     info = buildah.inspect(request.reference)
-    if info and known.get(request.reference) == {"id": info["FromImageID"], "source": wanted}:
-        print(f"[image] {request.reference} is up to date (its inputs are unchanged)", file=out, flush=True)
-        return Built(request.reference, builder, buildah.size(request.reference), time.monotonic() - start, False)
+    if known.get("source") == wanted:
+        if info and known.get("id") == info["FromImageID"]:
+            print(f"[image] {request.reference} is up to date (its inputs are unchanged)", file=out, flush=True)
+            size = buildah.size(request.reference)
+            if known.get("size_bytes") != size:  # a record from before sizes were kept
+                record.save(request.cache, request.reference, known["id"], wanted, size)
+            return Built(request.reference, builder, size, time.monotonic() - start, False)
+        archived = record.archived(request.cache, request.reference)
+        if not info and archived:
+            print(f"[image] {request.reference} is up to date (its inputs are unchanged); buildah's storage was "
+                  f"released, its archive {archived.name} stands for it", file=out, flush=True)
+            return Built(request.reference, builder, int(known.get("size_bytes") or 0), time.monotonic() - start,
+                         False)
     v = versions.pinned()
     wheels = wheelhouse.ensure(request.cache, out)
     base = debian_base.ensure(buildah, wheels, request.cache, out)
@@ -118,9 +131,9 @@ def build(request: Request, out=sys.stderr) -> Built:
     finally:
         buildah.remove_containers_since(before)
     # (a --label would be part of every step's cache key in buildah 1.28, and no step would ever be reused)
-    known[request.reference] = {"id": buildah.inspect(request.reference)["FromImageID"], "source": wanted}
-    record.write_text(json.dumps(known, indent=2, sort_keys=True))
-    return Built(request.reference, builder, buildah.size(request.reference), time.monotonic() - start, True)
+    size = buildah.size(request.reference)
+    record.save(request.cache, request.reference, buildah.inspect(request.reference)["FromImageID"], wanted, size)
+    return Built(request.reference, builder, size, time.monotonic() - start, True)
 
 
 # Measured on this machine (a cold `make image`, 2026-11-25): buildah holds a layer four times while it commits it

@@ -1,4 +1,4 @@
-"""python -m images build | check | archive
+"""python -m images build | check | archive | release
 
   build    build the training image (Docker where there is an engine, buildah where there is none), then check it;
            the default name is what ENV (default minikube) renders as cluster.image, so a cluster of that
@@ -6,6 +6,8 @@
   check    run the built image's own checks: every example spec validates inside it, and its Ray and Python are
            versions.yaml's
   archive  write the built image as an OCI archive (for `ctr images import` on a node without a registry)
+  release  once the archive is written, empty buildah's storage (the archive stands for the image: `build` finds it
+           up to date, the e2e node imports it); CI does, for the disk
 """
 from __future__ import annotations
 
@@ -74,11 +76,18 @@ def cmd_archive(args) -> int:
     return 0
 
 
+def cmd_release(args) -> int:
+    path, freed = archive.release(_reference(args))
+    print(f"buildah's storage released ({freed / 2**30:.1f} GiB freed); {path.name} stands for the image")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m images", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, func in (("build", cmd_build), ("check", cmd_check), ("archive", cmd_archive)):
+    for name, func in (("build", cmd_build), ("check", cmd_check), ("archive", cmd_archive),
+                       ("release", cmd_release)):
         p = sub.add_parser(name)
         p.set_defaults(func=func)
         p.add_argument("--env", default="minikube", help="the environment whose cluster.image names the image")
