@@ -5,7 +5,7 @@ ENV   ?=
 ENV_FLAG := $(if $(ENV),--env $(ENV))
 
 .DEFAULT_GOAL := help
-.PHONY: help up down setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image setup-image chart-schemas values test test-fast bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status logs diagnose audit retry watch bench-cluster scan
+.PHONY: help up down setup setup-base render check-rendered diff validate schemas bump-image lint train tune bench-train bench-tune test-training image setup-image chart-schemas values test test-fast bench-render clean e2e e2e-build e2e-up e2e-down setup-e2e bootstrap status fleet logs diagnose audit retry watch bench-cluster scan
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 18
@@ -104,6 +104,9 @@ bootstrap: setup-base ## first deploy of ENV: check Argo CD, apply argocd/root.y
 
 status: setup-base ## apps, Ray clusters, jobs, checkpoint claim per environment (ENV=, JOB=, JSON=1)
 	@$(OPS) status $(ENV_FLAG) $(if $(JOB),--job $(JOB)) $(if $(JSON),--json)
+
+fleet: setup-base ## every cluster of ENV (default all) side by side, and the drift between them with each fix (JSON=1)
+	@$(OPS) fleet $(ENV_FLAG) $(if $(JSON),--json)
 
 logs: setup-base ## a job's output by pod (JOB=..., ENV=..., FOLLOW=1 to follow to the end, TAIL=N)
 	$(NEED_JOB)

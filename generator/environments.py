@@ -15,7 +15,7 @@ import copy
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import schema_check, templating
+from . import fleet_contract, schema_check, templating
 from .errors import RenderError, RenderErrors
 from .layers import Layer, load_yaml, merge
 
@@ -116,6 +116,7 @@ def members(env: Environment) -> list[Environment]:
         layer = merge(shared, overlay)
         _checked(layer, env.name, f"environment {env.name!r}, cluster {key!r}")
         out.append(Environment(env.name, layer, env.files, cluster=key))
+    fleet_contract.check(env, out)
     return out
 
 

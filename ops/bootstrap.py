@@ -51,8 +51,13 @@ def referenced_secrets(apps_env_dir: Path, default_namespace: str = "default") -
     """{(namespace, Secret name): keys} the rendered workloads of an environment read from Secrets made out of git:
     env secretKeyRefs, and Ray token auth (authOptions.secretName, key auth_token, which KubeRay reads to call the
     dashboard). Every app folder counts, a cluster's own (apps/<env>/clusters/<cluster>/<app>) too."""
+    return referenced_secrets_in(sorted(apps_env_dir.rglob("*.yaml")), default_namespace)
+
+
+def referenced_secrets_in(files: list[Path], default_namespace: str = "default") -> dict[tuple[str, str], set[str]]:
+    """As referenced_secrets, of these rendered files (one cluster's: Target.rendered)."""
     found: dict[tuple[str, str], set[str]] = {}
-    for path in sorted(apps_env_dir.rglob("*.yaml")):
+    for path in files:
         doc = yaml.safe_load(path.read_text()) or {}
         _secret_refs(doc, (doc.get("metadata") or {}).get("namespace", default_namespace), found)
     return found

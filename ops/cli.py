@@ -1,4 +1,4 @@
-"""python -m ops bootstrap | status | logs | diagnose | retry | watch | bench-cluster | scan
+"""python -m ops bootstrap | status | fleet | logs | diagnose | retry | watch | bench-cluster | scan
 (make bootstrap ENV=..., make status, ...)
 
 Exit codes: 0 done / healthy; 1 not healthy (a failed job, an app not synced, a failure that needs a change);
@@ -55,6 +55,22 @@ def cmd_status(args) -> int:
     else:
         print("\n\n".join(render_table(r) for r in results))
     return 0 if all(healthy(r) for r in results) else EXIT_NOT_HEALTHY
+
+
+def cmd_fleet(args) -> int:
+    from .fleet import fleet_status, render_table
+    from .targets import EXIT_UNREACHABLE, fleet
+    results = []
+    for env in _envs(args):
+        targets = fleet(_root(args), env, args.kubeconfig)
+        results.append(fleet_status(Clients(targets[0].kubeconfig), targets, _root(args)))
+    if args.json:
+        print(json.dumps({"environments": results}, indent=2, default=str))
+    else:
+        print("\n\n".join(render_table(r) for r in results))
+    if any(c["unreachable"] for r in results for c in r["clusters"]):
+        return EXIT_UNREACHABLE
+    return EXIT_NOT_HEALTHY if any(r["drift"] for r in results) else 0
 
 
 def cmd_logs(args) -> int:
@@ -159,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=900)
     p = add("status", cmd_status, "apps, Ray clusters, jobs and the checkpoint claim, per environment")
     p.add_argument("--job")
+    p.add_argument("--json", action="store_true")
+    p = add("fleet", cmd_fleet, "every cluster of an environment side by side (apps' revisions, operator images, CRD "
+            "versions, GPUs, the Secrets out of git) and the drift between them, each with its fix")
     p.add_argument("--json", action="store_true")
     p = add("logs", cmd_logs, "a job's output, prefixed by pod", job=True)
     p.add_argument("--follow", action="store_true", help="follow across new pods and restarts until the run ends")

@@ -59,6 +59,15 @@ def environment_names(root: Path) -> list[str]:
 
 
 def target(root: Path, env: str, kubeconfig: str | None = None) -> Target:
+    # An environment of several clusters: the day-two commands act on the cluster keyed like the environment (its
+    # first, where Argo CD's Applications keep the environment's name), else the first listed. Argo CD's status
+    # covers every cluster's Applications either way.
+    members = fleet(root, env, kubeconfig)
+    return next((m for m in members if m.cluster == env), members[0])
+
+
+def fleet(root: Path, env: str, kubeconfig: str | None = None) -> list[Target]:
+    """One Target per cluster of `env`, in the order of its `clusters:` (the environment itself when it has one)."""
     from generator import environments
     from generator.errors import RenderError
     try:
@@ -66,16 +75,15 @@ def target(root: Path, env: str, kubeconfig: str | None = None) -> Target:
         members = environments.members(loaded)
     except RenderError as exc:
         raise OpsError(str(exc)) from None
-    # An environment of several clusters: the day-two commands act on the cluster keyed like the environment (its
-    # first, where Argo CD's Applications keep the environment's name), else the first listed. Argo CD's status
-    # covers every cluster's Applications either way.
-    member = next((m for m in members if m.cluster == env), members[0])
-    doc = member.doc
-    argocd = (doc.get("gitops") or {}).get("argocd") or {}
-    return Target(env=env, context=doc["target"].get("context") or env, namespace=doc["target"]["namespace"],
-                  argocd_context=argocd.get("context") or doc["target"].get("context") or env,
-                  argocd_namespace=argocd.get("namespace", "argocd"), kubeconfig=kubeconfig_path(kubeconfig),
-                  doc=doc, cluster=member.cluster, layer=member.layer, written=loaded.raw)
+    out = []
+    for member in members:
+        doc = member.doc
+        argocd = (doc.get("gitops") or {}).get("argocd") or {}
+        out.append(Target(env=env, context=doc["target"].get("context") or env, namespace=doc["target"]["namespace"],
+                          argocd_context=argocd.get("context") or doc["target"].get("context") or env,
+                          argocd_namespace=argocd.get("namespace", "argocd"), kubeconfig=kubeconfig_path(kubeconfig),
+                          doc=doc, cluster=member.cluster, layer=member.layer, written=loaded.raw))
+    return out
 
 
 def reload(root: Path, tgt: Target) -> Target:
@@ -128,3 +136,11 @@ class Clients:
     def custom(self, context: str):
         from kubernetes import client
         return client.CustomObjectsApi(self.api(context))
+
+    def apps(self, context: str):
+        from kubernetes import client
+        return client.AppsV1Api(self.api(context))
+
+    def extensions(self, context: str):
+        from kubernetes import client
+        return client.ApiextensionsV1Api(self.api(context))

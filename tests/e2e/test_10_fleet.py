@@ -1,9 +1,11 @@
 """One environment on two clusters (environments/eks.yaml `clusters:` eks and west-b): the e2e runs a control plane
 for each (three in all, with minikube's), Argo CD syncs every Application of both from the one ApplicationSet and
 the root, each cluster's own values (its FSx subnet) are on that cluster only, and the shared apps (the jobs, the
-standing Ray cluster) run on both. Prints the budgets: time for each cluster to converge, memory per control plane."""
+standing Ray cluster) run on both; `make fleet` reads both clusters and names the one that lost a Secret. Prints
+the budgets: time for each cluster to converge, memory per control plane."""
 from __future__ import annotations
 
+import json
 import subprocess
 from datetime import datetime
 
@@ -83,6 +85,48 @@ def test_the_shared_apps_run_on_both_clusters(e2e, converged):
                       if not (c["metadata"].get("ownerReferences")))
     wait_for(lambda: (rayclusters(ENV) and rayclusters(ENV) == rayclusters(SECOND),
                       {k: rayclusters(k) for k in (ENV, SECOND)}), 240, 5, "the standing RayCluster on both clusters")
+
+
+def test_make_fleet_names_the_cluster_that_lost_a_secret_and_the_fix(e2e, converged):
+    """make fleet (python -m ops fleet) reads both clusters: the same operator images and CRD versions, every
+    out-of-git Secret present. The Ray auth Secret deleted on west-b: the command exits 1 and names that cluster,
+    that Secret and the kubectl that recreates it on that cluster's context; restored, that drift is gone."""
+    namespace = e2e.namespace(ENV)
+    secret = e2e.env_doc(ENV)["cluster"]["auth"]["secretName"]
+    context = e2e.context(SECOND)
+
+    def fleet():
+        proc = e2e.ops("fleet", "--env", ENV, "--json", timeout=120)
+        assert proc.returncode in (0, 1), proc.stderr or proc.stdout
+        return proc.returncode, json.loads(proc.stdout)["environments"][0]
+
+    code, before = fleet()
+    clusters = {c["cluster"]: c for c in before["clusters"]}
+    assert set(clusters) == {"eks", "west-b"} and not any(c["unreachable"] for c in clusters.values())
+    assert clusters["eks"]["operators"] and clusters["eks"]["operators"] == clusters["west-b"]["operators"]
+    assert clusters["eks"]["crds"] and clusters["eks"]["crds"] == clusters["west-b"]["crds"]
+    assert clusters["west-b"]["secrets"][f"{namespace}/{secret}"]["missing"] is False
+    assert not [d for d in before["drift"] if "Secret" in d["what"] or "operator" in d["what"] or "CRD" in d["what"]
+                ], before["drift"]
+    print(e2e.ops("fleet", "--env", ENV, timeout=120).stdout)  # the table, for the run's log
+
+    saved = e2e.kubectl(SECOND, "-n", namespace, "get", "secret", secret, "-o", "json")
+    e2e.kubectl(SECOND, "-n", namespace, "delete", "secret", secret)
+    try:
+        code, after = fleet()
+        assert code == 1
+        lost = [d for d in after["drift"] if f"Secret {namespace}/{secret} is missing" in d["what"]]
+        assert [d["cluster"] for d in lost] == ["west-b"], after["drift"]
+        assert lost[0]["fix"].startswith(f"kubectl --context {context} -n {namespace} create secret generic {secret} "
+                                         "--from-literal=auth_token=..."), lost[0]
+        proc = e2e.ops("fleet", "--env", ENV, timeout=120)
+        assert proc.returncode == 1 and f"west-b: Secret {namespace}/{secret} is missing" in proc.stdout, proc.stdout
+    finally:
+        restored = json.loads(saved)
+        restored["metadata"] = {"name": secret, "namespace": namespace}
+        e2e.kubectl(SECOND, "apply", "-f", "-", stdin=json.dumps(restored))
+    _, healed = fleet()
+    assert not [d for d in healed["drift"] if "Secret" in d["what"]], healed["drift"]
 
 
 def test_budgets_time_to_converge_and_memory_per_control_plane(e2e, bootstrapped, converged):

@@ -178,3 +178,40 @@ def test_two_clusters_on_one_server_are_refused(repo_copy):
     err = render_fails(repo_copy)
     assert "cluster 'eks' and cluster 'west-b'" in err or "cluster 'west-b' and cluster 'eks'" in err, err
     assert "cluster server" in err
+
+
+def test_a_cluster_var_that_changes_a_shared_value_is_refused_at_the_var(repo_copy):
+    """The contract holds on values, not only keys: a cluster's own var that reaches the Ray image (through
+    cluster.image.repository's template) is refused at that var's line, naming the value it changed, both sides and
+    why; apps/ stays as it was."""
+    before = tree_digest(repo_copy / "apps")
+    make_fleet(repo_copy, "      registry: 999988887777.dkr.ecr.eu-west-1.amazonaws.com\n")
+    err = render_fails(repo_copy)
+    line = line_of(repo_copy / "environments" / "eks.yaml", "      registry: 999988887777")
+    assert f"environments/eks.yaml:{line}: clusters.west-b.vars.registry: makes cluster.image.repository differ" \
+        in err, err
+    assert "eks: '111122223333.dkr.ecr.us-west-2.amazonaws.com/ray-training'" in err
+    assert "west-b: '999988887777.dkr.ecr.eu-west-1.amazonaws.com/ray-training'" in err
+    assert "the Ray image and its digest are one on every cluster" in err and "mayDiffer" in err
+    assert "Traceback" not in err
+    assert tree_digest(repo_copy / "apps") == before
+
+
+def test_quotas_instance_types_and_subnets_may_differ(repo_copy):
+    """What the contract lets differ (quotas, instance types, subnets) renders, each on its own cluster."""
+    make_fleet(repo_copy, "      gpuQuota: 8\n      gpuInstanceType: g5.12xlarge\n")
+    render(repo_copy)
+    west = (repo_copy / "apps" / "eks" / "clusters" / "west-b" / "platform")
+    text = "".join(p.read_text() for p in sorted(west.glob("*.yaml")))
+    assert "g5.12xlarge" in text and "subnet-0fedcba9876543210" in text
+
+
+def test_contract_paths_match_keys_indices_and_any_depth():
+    from generator import fleet_contract as fc
+    assert fc.matches(["**", "nodeSelector", "node.kubernetes.io/instance-type"],
+                      ("jobs", "digits", "head", "nodeSelector", "node.kubernetes.io/instance-type"))
+    assert fc.matches(["queueing", "flavors", "*", "quota", "**"], ("queueing", "flavors", 0, "quota", "cpu"))
+    assert not fc.matches(["queueing", "flavors", "*", "quota", "**"], ("queueing", "flavors", 0, "name"))
+    assert fc.rule(("cluster", "image", "digest"))[0] == "equal"
+    assert fc.rule(("vars", "registry"))[0] == "mayDiffer"
+    assert fc.rule(("cluster", "head", "nodeSelector", "node.kubernetes.io/instance-type"))[0] == "mayDiffer"
