@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from . import access, environments, manifests, notifications, queueing, scopes, versions
+from . import access, environments, manifests, notifications, queueing, scopes, sync_identity, versions
 from .environments import CLUSTERS, Environment
 from .errors import RenderError
 
@@ -153,8 +153,9 @@ def health_script(lua: Path) -> str:
 
 
 def health_configmap(root: Path, envs: list[Environment] = ()) -> dict:
-    """argocd-cm: the health checks, and the single sign-on settings of generator/access.py."""
-    data = access.argocd_cm_data(list(envs))
+    """argocd-cm: the health checks, the single sign-on settings of generator/access.py, and sync impersonation
+    (generator/sync_identity.py)."""
+    data = {**access.argocd_cm_data(list(envs)), **sync_identity.ARGOCD_CM}
     for lua in sorted((root / HEALTH_CHECKS).glob("*/*/health.lua")):
         group, kind = lua.parent.parent.name, lua.parent.name
         data[f"resource.customizations.health.{group}_{kind}"] = health_script(lua)
@@ -252,7 +253,8 @@ def platform_windows(env: Environment) -> list[dict]:
 def workload_project(env: Environment, kinds: set, repo_url: str, members: list[Environment] | None = None) -> dict:
     """What the ApplicationSet generates from apps/<env>/<app>/: this repository only, the environment's namespace
     only, the namespaced kinds the workloads render; no cluster-scoped kind at all (an empty whitelist) and no RBAC
-    (blacklisted too, so a later widening of the whitelist keeps them out)."""
+    (blacklisted too, so a later widening of the whitelist keeps them out); synced as a ServiceAccount of the
+    namespace whose Role allows the same kinds (impersonation: generator/sync_identity.py)."""
     allowed = sorted((g, k) for g, k in kinds if scopes.group_kind_refusal(g, k) is None)
     return {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
@@ -264,6 +266,9 @@ def workload_project(env: Environment, kinds: set, repo_url: str, members: list[
             "clusterResourceWhitelist": [],
             "namespaceResourceWhitelist": [{"group": g, "kind": k} for g, k in allowed],
             "namespaceResourceBlacklist": [{"group": scopes.RBAC_GROUP, "kind": k} for k in ("Role", "RoleBinding")],
+            # synced as the ServiceAccount whose Role allows exactly these kinds (generator/sync_identity.py)
+            "destinationServiceAccounts": sync_identity.destination_service_accounts(servers(members or [env]),
+                                                                                     env.namespace),
         },
     }
 

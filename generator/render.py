@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import access, argocd, environments, helm, manifests, scopes
+from . import access, argocd, environments, helm, manifests, scopes, sync_identity
 from . import apps as apps_mod
 from .errors import RenderError, RenderErrors
 
@@ -98,11 +98,28 @@ def render_tree(root: Path, env_names: list[str], workers: int | None = None, st
                 progress(i, len(futures), app.key)
     if failures:
         raise RenderErrors(failures)
+    for env, env_apps in loaded:
+        _add_sync_identity(env, env_apps, rendered[env.name, env.cluster])
     stats.environments += len({env.name for env, _ in loaded})
     stats.apps += len(jobs)
     for env, env_apps in loaded:
         stats.per_env[env.name] = stats.per_env.get(env.name, 0) + len(env_apps)
     return place(rendered), [env for env, _ in loaded]
+
+
+def _add_sync_identity(env: environments.Environment, env_apps: list, rendered: dict) -> None:
+    """The identity Argo CD syncs the workload apps as (generator/sync_identity.py), into the platform app: a Role
+    on exactly the kinds the workload apps of this cluster rendered."""
+    platform = next((app for app in env_apps if app.name == scopes.PLATFORM_APP), None)
+    if platform is None:
+        return
+    kinds = {(scopes.group_of(doc["apiVersion"]), doc["kind"])
+             for app, files in rendered.items() if app != scopes.PLATFORM_APP
+             for text in files.values() for doc in [manifests.load(text)]}
+    annotations = {"argocd.argoproj.io/sync-wave": "-1"}
+    for doc in sync_identity.objects(env.namespace, kinds, {}):
+        doc["metadata"]["annotations"] = dict(annotations)
+        rendered[scopes.PLATFORM_APP][manifests.filename(doc)] = manifests.dump(doc, header(env, platform))
 
 
 def place(rendered: dict) -> dict:

@@ -281,6 +281,13 @@ class Harness:
     def push(self, message: str) -> str:
         return gitops.push(self.current, message, self.world)
 
+    def rendered_platform(self, key: str) -> list[dict]:
+        """The platform app as rendered for one cluster (its own folder on an environment of several clusters)."""
+        env = self.current["clusters"][key].get("environment", key)
+        own = self.work / "apps" / env / "clusters" / (key.removeprefix(f"{env}-") if key != env else env) / "platform"
+        folder = own if own.is_dir() else self.work / "apps" / env / "platform"
+        return [yaml.safe_load(p.read_text()) for p in sorted(folder.glob("*.yaml"))]
+
     def rendered(self, env: str, app: str) -> list[dict]:
         return [yaml.safe_load(p.read_text()) for p in sorted((self.work / "apps" / env / app).glob("*.yaml"))]
 

@@ -7,6 +7,7 @@ the retry syncs the newest revision (retry.refresh)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -99,6 +100,51 @@ def pushed(e2e, bootstrapped):
     if _remove(e2e):  # the last test did not run: leave the next scenarios a clean repository
         for env in ENVS:
             e2e.wait_synced_healthy(env, 600, names={f"{env}-{APP}"})
+
+
+SYNC_ACCOUNT = "argocd-workload-sync"
+
+
+@pytest.mark.parametrize("env", ENVS)
+def test_workload_apps_sync_as_their_service_account_with_exactly_their_kinds(e2e, bootstrapped, env):
+    """Impersonation (generator/sync_identity.py): the workload project names the namespace's ServiceAccount, its
+    Role on the cluster allows exactly the kinds the workload apps render (as the platform app rendered it), the
+    API server's own authorizer refuses it anything cluster-scoped, RBAC, Secrets and other namespaces, and Argo
+    CD's application-controller synced the workload apps as it (its log names the ServiceAccount per sync)."""
+    from kubernetes import client
+    namespace = e2e.namespace(env)
+    user = f"system:serviceaccount:{namespace}:{SYNC_ACCOUNT}"
+    e2e.wait_synced_healthy(env, 420, names={f"{env}-{APP}", f"{env}-platform"})
+    role = client.RbacAuthorizationV1Api(e2e.api(env)).read_namespaced_role(SYNC_ACCOUNT, namespace)
+    live = {(g, r) for rule in role.rules for g in rule.api_groups for r in rule.resources}
+    rendered = next(d for d in e2e.rendered_platform(env) if d["kind"] == "Role" and
+                    d["metadata"]["name"] == SYNC_ACCOUNT)
+    assert live == {(g, r) for rule in rendered["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert ("ray.io", "rayclusters") in live and ("ray.io", "rayjobs") in live, live
+
+    def allowed(verb, resource, group="", ns=namespace):
+        review = client.V1SubjectAccessReview(spec=client.V1SubjectAccessReviewSpec(
+            user=user, groups=["system:serviceaccounts", f"system:serviceaccounts:{namespace}",
+                               "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(verb=verb, resource=resource, group=group,
+                                                            namespace=ns)))
+        return client.AuthorizationV1Api(e2e.api(env)).create_subject_access_review(review).status.allowed
+    for group, resource in sorted(live):
+        assert allowed("patch", resource, group) and allowed("delete", resource, group), (group, resource)
+    refused = [("create", "clusterrolebindings", "rbac.authorization.k8s.io", None),
+               ("create", "rolebindings", "rbac.authorization.k8s.io", namespace),
+               ("get", "secrets", "", namespace), ("create", "namespaces", "", None),
+               ("create", "rayjobs", "ray.io", "default"), ("create", "customresourcedefinitions",
+                                                          "apiextensions.k8s.io", None)]
+    assert [r for r in refused if allowed(r[0], r[1], r[2], r[3])] == []
+    log = Path(e2e.current["logs"]) / "argocd-application-controller.log"
+
+    def impersonated():
+        # logrus's text format quotes a value with ':' in it
+        lines = [line for line in log.read_text(errors="replace").splitlines()
+                 if f'serviceAccount="{user}"' in line and f"application={env}-{APP} " in line]
+        return bool(lines), f"no sync of {env}-{APP} as {user} in {log}"
+    wait_for(impersonated, 60, 5, f"the controller's log of a sync of {env}-{APP} as {user}")
 
 
 @pytest.mark.parametrize("env", ENVS)
