@@ -27,12 +27,17 @@ local health = obj.status.health.status
 -- before its first sync, with none of its resources there), and the root would start the next wave on it. Found
 -- by the e2e: with Kueue's ClusterQueue making eks's platform sync longer, a job's pod was created before the
 -- namespace's ResourceQuota existed.
+--
+-- OutOfSync counts only before the first sync (no operation on record). Once it has synced, an Application may stay
+-- OutOfSync on purpose: a deny sync window holds the platform's changes, or an environment syncs by hand. Waiting
+-- for it then would hold the root's sync operation, and with it every later change to argocd/managed, the window's
+-- own removal included (the e2e's change-window scenario found that deadlock).
 local running = obj.status.operationState ~= nil and obj.status.operationState.phase == "Running"
 if health == "Healthy" and running then
   return result("Progressing", message .. "; a sync is running")
 end
-if health == "Healthy" and sync == "OutOfSync" then
-  return result("Progressing", message .. "; waiting for it to sync")
+if health == "Healthy" and sync == "OutOfSync" and obj.status.operationState == nil then
+  return result("Progressing", message .. "; waiting for its first sync")
 end
 if health == "Healthy" then
   return result("Healthy", message)
