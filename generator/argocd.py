@@ -50,6 +50,7 @@ ENV_LABEL = "ray-gitops/environment"
 # which picks apps/<env>/clusters/<cluster>/) and the prefix of its Applications' names.
 CLUSTER_LABEL = "ray-gitops/cluster"
 PREFIX_LABEL = "ray-gitops/app-prefix"
+APP_LABEL = "ray-gitops/app"  # an Application's app: its folder's name, or the operator's
 KUBERAY_VERSION = versions.pinned().kuberay
 KUBERAY_HELM_REPO = "https://ray-project.github.io/kuberay-helm/"
 KUBERAY_GIT_REPO = "https://github.com/ray-project/kuberay.git"
@@ -255,7 +256,7 @@ def workload_project(env: Environment, kinds: set, repo_url: str, members: list[
     only, the namespaced kinds the workloads render; no cluster-scoped kind at all (an empty whitelist) and no RBAC
     (blacklisted too, so a later widening of the whitelist keeps them out); synced as a ServiceAccount of the
     namespace whose Role allows the same kinds (impersonation: generator/sync_identity.py)."""
-    allowed = sorted((g, k) for g, k in kinds if scopes.group_kind_refusal(g, k) is None)
+    allowed = scopes.workload_kinds(kinds)
     return {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
         "metadata": _meta(env.name, wave=-20, labels={ENV_LABEL: env.name}),
@@ -315,7 +316,7 @@ def _cluster_generator(env: Environment) -> dict:
 def apps_applicationset(env: Environment, repo_url: str, revision: str, autoscaled: bool) -> dict:
     spec_template = {
         "metadata": {"name": f"{env.name}-{{{{ .path.basename }}}}",
-                     "labels": {ENV_LABEL: env.name, "ray-gitops/app": "{{ .path.basename }}"},
+                     "labels": {ENV_LABEL: env.name, APP_LABEL: "{{ .path.basename }}"},
                      "annotations": dict(COMPARE_OPTIONS)},
         "spec": {
             "project": env.name,
@@ -469,7 +470,7 @@ def operator_applications(env: Environment) -> list[dict]:
         apps.append({
             "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
             "metadata": {**_meta(f"{env.app_prefix}-{op['name']}", wave=op["wave"],
-                                 labels={ENV_LABEL: env.name, "ray-gitops/app": op["name"], **_cluster_label(env)}),
+                                 labels={ENV_LABEL: env.name, APP_LABEL: op["name"], **_cluster_label(env)}),
                          "annotations": {"argocd.argoproj.io/sync-wave": str(op["wave"]), **COMPARE_OPTIONS}},
             "spec": {
                 "project": platform_project_name(env),
@@ -493,7 +494,7 @@ def platform_application(env: Environment, repo_url: str, revision: str, path: s
     return {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
         "metadata": {**_meta(f"{env.app_prefix}-{app}",
-                             labels={ENV_LABEL: env.name, "ray-gitops/app": app, **_cluster_label(env)}),
+                             labels={ENV_LABEL: env.name, APP_LABEL: app, **_cluster_label(env)}),
                      "annotations": {"argocd.argoproj.io/sync-wave": str(PLATFORM_WAVE), **COMPARE_OPTIONS}},
         "spec": {
             "project": platform_project_name(env),

@@ -110,14 +110,7 @@ def check(env, members: list) -> None:
 
 def _raw_text(env, path: tuple) -> str:
     """The value at `path` as written (templates unresolved), as text: where the vars it reads are named."""
-    node = env.raw.data if env.raw is not None else None
-    for part in path:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
-            node = node[part]
-        else:
-            return ""
+    node = env.raw.get(*path) if env.raw is not None else None
     return node if isinstance(node, str) else yaml.safe_dump(node) if node is not None else ""
 
 

@@ -39,9 +39,12 @@ class Layer:
         return None
 
     def get(self, *path, default=None):
+        """The value at `path` (map keys, and list indices), or `default` where the path leads nowhere."""
         node = self.data
         for part in path:
             if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and -len(node) <= part < len(node):
                 node = node[part]
             else:
                 return default

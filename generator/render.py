@@ -116,9 +116,7 @@ def _add_sync_identity(env: environments.Environment, env_apps: list, rendered: 
     kinds = {(scopes.group_of(doc["apiVersion"]), doc["kind"])
              for app, files in rendered.items() if app != scopes.PLATFORM_APP
              for text in files.values() for doc in [manifests.load(text)]}
-    annotations = {"argocd.argoproj.io/sync-wave": "-1"}
-    for doc in sync_identity.objects(env.namespace, kinds, {}):
-        doc["metadata"]["annotations"] = dict(annotations)
+    for doc in sync_identity.objects(env.namespace, kinds):
         rendered[scopes.PLATFORM_APP][manifests.filename(doc)] = manifests.dump(doc, header(env, platform))
 
 

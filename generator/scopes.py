@@ -52,5 +52,11 @@ def group_kind_refusal(group: str, kind: str) -> str | None:
     return None
 
 
+def workload_kinds(kinds) -> list[tuple[str, str]]:
+    """The (group, kind) pairs of `kinds` a workload app may hold, sorted: what the workload project allows and the
+    account it syncs as may touch (generator/argocd.py, generator/sync_identity.py)."""
+    return sorted((g, k) for g, k in kinds if group_kind_refusal(g, k) is None)
+
+
 WHERE_INSTEAD = ("put it in the platform chart (charts/platform, rendered into apps/<env>/platform, synced by the "
                  "<env>-platform project, which the platform team owns)")

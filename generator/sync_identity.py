@@ -38,13 +38,13 @@ def resource_of(kind: str) -> str:
     return lower + "s"
 
 
-def objects(namespace: str, kinds: set, labels: dict) -> list[dict]:
-    """The ServiceAccount, its Role (the workload kinds, namespaced only) and the RoleBinding."""
-    allowed = sorted((g, k) for g, k in kinds if scopes.group_kind_refusal(g, k) is None)
+def objects(namespace: str, kinds: set) -> list[dict]:
+    """The ServiceAccount, its Role (the workload kinds, namespaced only) and the RoleBinding, in the platform app's
+    wave -1: after the namespace (-2), with its other RBAC."""
     by_group: dict[str, list[str]] = {}
-    for group, kind in allowed:
+    for group, kind in scopes.workload_kinds(kinds):
         by_group.setdefault(group, []).append(resource_of(kind))
-    meta = {"namespace": namespace, **({"labels": dict(labels)} if labels else {})}
+    meta = {"namespace": namespace, "annotations": {"argocd.argoproj.io/sync-wave": "-1"}}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, **meta},
          "automountServiceAccountToken": False},

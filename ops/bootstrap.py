@@ -100,19 +100,28 @@ def missing_secrets(clients: Clients, target: Target, root: Path) -> list[str]:
             have = {}
         absent = [k for k in keys if k not in have]
         if absent:
-            data = json.dumps({"stringData": {k: "..." for k in absent}})
-            commands.append(f"kubectl --context {target.argocd_context} -n {target.argocd_namespace} patch secret "
-                            f"{NOTIFICATIONS_SECRET} --type merge -p '{data}'")
+            commands.append(patch_secret_command(target.argocd_context, target.argocd_namespace,
+                                                 NOTIFICATIONS_SECRET, absent))
     for (namespace, name), keys in sorted(referenced_secrets(root / "apps" / target.env, target.namespace).items()):
         try:
             core.read_namespaced_secret(name, namespace)
         except ApiException as exc:
             if exc.status != 404:
                 raise
-            literals = " ".join(f"--from-literal={k}=..." for k in sorted(keys))
-            commands.append(f"kubectl --context {target.context} -n {namespace} create secret generic {name} "
-                            f"{literals}")
+            commands.append(create_secret_command(target.context, namespace, name, keys))
     return commands
+
+
+def create_secret_command(context: str, namespace: str, name: str, keys) -> str:
+    """The kubectl that creates a Secret made out of git, its values left for a person to fill in."""
+    literals = " ".join(f"--from-literal={k}=..." for k in sorted(keys))
+    return f"kubectl --context {context} -n {namespace} create secret generic {name} {literals}"
+
+
+def patch_secret_command(context: str, namespace: str, name: str, keys) -> str:
+    """The kubectl that adds keys to an existing Secret, their values left for a person to fill in."""
+    data = json.dumps({"stringData": {k: "..." for k in keys}})
+    return f"kubectl --context {context} -n {namespace} patch secret {name} --type merge -p '{data}'"
 
 
 def _secret_refs(node, namespace: str, found: dict) -> None:

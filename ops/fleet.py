@@ -18,19 +18,17 @@ reached is drift too.
 """
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from .bootstrap import referenced_secrets_in
+from generator.argocd import APP_LABEL, CLUSTER_LABEL, ENV_LABEL  # what the Argo CD layer labels
+
+from .bootstrap import create_secret_command, patch_secret_command, referenced_secrets_in
 from .targets import Clients, OpsError, Target
 
-ENV_LABEL = "ray-gitops/environment"
-CLUSTER_LABEL = "ray-gitops/cluster"
-APP_LABEL = "ray-gitops/app"
 CRD_GROUPS = ("ray.io", "kubeflow.org", "kueue.x-k8s.io")
 GPU = "nvidia.com/gpu"
 
@@ -79,11 +77,12 @@ def operator_apps(root: Path, tgt: Target) -> list[dict]:
     return out
 
 
-def facts(clients: Clients, tgt: Target, root: Path, several: bool) -> ClusterFacts:
+def facts(clients: Clients, tgt: Target, root: Path) -> ClusterFacts:
     name = tgt.cluster or tgt.env
     out = ClusterFacts(cluster=name, context=tgt.context)
-    # the Applications live on the management cluster (Argo CD's): read even when this cluster is unreachable
-    selector = f"{ENV_LABEL}={tgt.env}" + (f",{CLUSTER_LABEL}={name}" if several else "")
+    # the Applications live on the management cluster (Argo CD's): read even when this cluster is unreachable; on
+    # an environment of several clusters, each cluster's carry its name
+    selector = f"{ENV_LABEL}={tgt.env}" + (f",{CLUSTER_LABEL}={name}" if tgt.cluster is not None else "")
     items = clients.custom(tgt.argocd_context).list_namespaced_custom_object(
         "argoproj.io", "v1alpha1", tgt.argocd_namespace, "applications", label_selector=selector)["items"]
     for app in items:
@@ -143,33 +142,32 @@ def drift(all_facts: list[ClusterFacts], targets: list[Target]) -> list[Drift]:
         _odd_ones(found, revisions, lambda cluster, rev, usual, app=app: Drift(
             cluster, f"Application of {app} synced revision {rev[:10] or '(none)'}, the other clusters {usual[:10]}",
             "refresh it in Argo CD (or wait for its next poll), then read its sync errors: make status"))
-    for key in sorted({k for f in reachable for k in f.operators} | {k for f in reachable for k in f.crds}):
-        kind = "operator image" if "/" in key else "CRD"
-        values = {f.cluster: (f.operators if kind == "operator image" else f.crds).get(key) for f in reachable}
-        for cluster, value in values.items():
-            if value is None:
-                found.append(Drift(cluster, f"{kind} {key} is missing (the other clusters have it)",
-                                   "check its operator Application in Argo CD (make status) and sync it"))
-        present = {c: v for c, v in values.items() if v is not None}
-        _odd_ones(found, present, lambda cluster, value, usual, key=key, kind=kind: Drift(
-            cluster, f"{kind} {key} is {value}, the other clusters' {usual}",
-            "the versions come from versions.yaml through argocd/managed: sync the cluster's operator Applications"))
+    for kind, facts_of in (("operator image", lambda f: f.operators), ("CRD", lambda f: f.crds)):
+        for key in sorted({k for f in reachable for k in facts_of(f)}):
+            values = {f.cluster: facts_of(f).get(key) for f in reachable}
+            for cluster, value in values.items():
+                if value is None:
+                    found.append(Drift(cluster, f"{kind} {key} is missing (the other clusters have it)",
+                                       "check its operator Application in Argo CD (make status) and sync it"))
+            present = {c: v for c, v in values.items() if v is not None}
+            _odd_ones(found, present, lambda cluster, value, usual, key=key, kind=kind: Drift(
+                cluster, f"{kind} {key} is {value}, the other clusters' {usual}",
+                "the versions come from versions.yaml through argocd/managed: sync the cluster's operator "
+                "Applications"))
     for f in reachable:
-        tgt = by_cluster[f.cluster]
         for ref, s in sorted(f.secrets.items()):
             namespace, name = ref.split("/", 1)
-            if s["missing"] or s["missingKeys"]:
+            if s["missing"]:
                 what = (f"Secret {ref} is missing (keys {', '.join(s['keys'])}): the jobs that read it cannot start "
-                        "on this cluster" if s["missing"] else
-                        f"Secret {ref} lacks the keys {', '.join(s['missingKeys'])}")
-                if s["missing"]:
-                    literals = " ".join(f"--from-literal={k}=..." for k in s["missingKeys"])
-                    fix = f"kubectl --context {f.context} -n {namespace} create secret generic {name} {literals}"
-                else:
-                    patch = json.dumps({"stringData": {k: "..." for k in s["missingKeys"]}})
-                    fix = f"kubectl --context {f.context} -n {namespace} patch secret {name} --type merge -p '{patch}'"
-                found.append(Drift(f.cluster, what, fix + " (the value from where your team keeps it, as on the "
-                                   "other clusters; never from git)"))
+                        "on this cluster")
+                fix = create_secret_command(f.context, namespace, name, s["missingKeys"])
+            elif s["missingKeys"]:
+                what = f"Secret {ref} lacks the keys {', '.join(s['missingKeys'])}"
+                fix = patch_secret_command(f.context, namespace, name, s["missingKeys"])
+            else:
+                continue
+            found.append(Drift(f.cluster, what, fix + " (the value from where your team keeps it, as on the other "
+                               "clusters; never from git)"))
     return found
 
 
@@ -187,8 +185,7 @@ def _odd_ones(found: list, values: dict, make) -> None:
 
 
 def fleet_status(clients: Clients, targets: list[Target], root: Path) -> dict:
-    several = len(targets) > 1 or targets[0].cluster is not None
-    all_facts = [facts(clients, t, root, several) for t in targets]
+    all_facts = [facts(clients, t, root) for t in targets]
     found = drift(all_facts, targets)
     return {"environment": targets[0].env, "clusters": [f.__dict__ for f in all_facts],
             "drift": [d.__dict__ for d in found]}
