@@ -68,6 +68,9 @@ class Supervisor:
         self.run_dir = run_dir
         self.pid_dir = run_dir / "pids"
         self.pid_dir.mkdir(parents=True, exist_ok=True)
+        # a file here named like a process holds it down: once it exits it is not restarted until the file goes
+        # (a scenario stops a component, e.g. a worker cluster's API server, and brings it back: hold / release)
+        self.held_dir = held_dir(run_dir)
         self.processes: dict[str, Process] = {}
         self.lock = threading.RLock()
 
@@ -114,6 +117,13 @@ class Supervisor:
             for proc in list(self.processes.values()):
                 if proc.stopped or proc.alive() or not proc.restart:
                     continue
+                if (self.held_dir / proc.name).exists():
+                    if not proc.next_start == -1.0:
+                        notes.append(f"{proc.name} exited and is held down ({self.held_dir / proc.name})")
+                    proc.next_start = -1.0
+                    continue
+                if proc.next_start == -1.0:  # released: start again now
+                    proc.next_start = now
                 if proc.next_start == 0.0:
                     code = proc.popen.returncode if proc.popen else None
                     ran = now - proc.started_at
@@ -130,6 +140,30 @@ class Supervisor:
     def pids(self) -> list[int]:
         with self.lock:
             return [p.popen.pid for p in self.processes.values() if p.alive()]
+
+
+def held_dir(run_dir: Path) -> Path:
+    return run_dir / "held"
+
+
+def hold(run_dir: Path, name: str, timeout: float = 10) -> None:
+    """Stop the supervised process `name` and keep it down (until release): what a crashed component looks like
+    to its clients, connection refused."""
+    held = held_dir(run_dir)
+    held.mkdir(parents=True, exist_ok=True)
+    (held / name).write_text(str(time.time()))
+    pid = int((run_dir / "pids" / f"{name}.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
+def release(run_dir: Path, name: str) -> None:
+    """Let the supervisor start `name` again (within its next check, about a second)."""
+    (held_dir(run_dir) / name).unlink(missing_ok=True)
 
 
 def _terminate(popen: subprocess.Popen | None, timeout: float) -> None:

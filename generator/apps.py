@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import access, charts, queueing, schema_check
+from . import access, charts, placement, queueing, schema_check
 from .environments import Environment
 from .errors import RenderError, RenderErrors, ValueFault
 from .layers import Layer, merge
@@ -37,6 +37,9 @@ class App:
     namespace: str
     values: Layer        # chart values with provenance
     hashed: bool = False  # release name carries HASH_TOKEN, replaced by a hash of the rendered output
+    # kinds rendered (so the run's hash is the one every cluster computes) but not written: on a MultiKueue worker,
+    # the job itself, which the manager holds and MultiKueue copies (generator/placement.py)
+    leaves_out: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -48,7 +51,7 @@ def compose(root: Path, env: Environment) -> list[App]:
     cluster = layer.sub("cluster")
     apps, errors = [], []
 
-    def add(name, release, chart_name, chart_path, values: Layer, hashed=False):
+    def add(name, release, chart_name, chart_path, values: Layer, hashed=False, leaves_out=()):
         try:
             chart = charts.find(root, chart_name, layer.locate(chart_path) if chart_path else None)
         except RenderError as exc:
@@ -57,7 +60,7 @@ def compose(root: Path, env: Environment) -> list[App]:
         what = f"values of chart {chart.name!r} (app {name!r})"
         errors.extend(schema_check.check(values, schema_check.load_schema(chart.schema_path), what,
                                          skip_required=True, app=name, chart=chart.name))
-        apps.append(App(env.name, name, release, chart, env.namespace, values, hashed))
+        apps.append(App(env.name, name, release, chart, env.namespace, values, hashed, tuple(leaves_out)))
 
     platform = layer.get("platform", default={}) or {}
     if platform.get("enabled", True):
@@ -68,11 +71,13 @@ def compose(root: Path, env: Environment) -> list[App]:
         queues = queueing.platform_values(env)
         if queues:  # the environment's `queueing`: ResourceFlavors, ClusterQueue, LocalQueue (charts/platform)
             values = merge(queues, values)
+        if env.placement.role == placement.MANAGER:  # runs no training: no checkpoint storage of its own
+            values = merge(values, Layer({"checkpoints": {"mode": "static"}}, {}))
         add(PLATFORM_APP, "platform", platform.get("chart", "platform"),
             ("platform", "chart") if "chart" in platform else None, values)
 
     rc = layer.get("rayCluster", default={}) or {}
-    if rc.get("enabled", True):
+    if rc.get("enabled", True) and env.placement.role != placement.MANAGER:  # the manager runs no training
         chart_path = ("rayCluster", "chart") if "chart" in rc else None
         add(CLUSTER_APP, rc.get("name", "ray"), rc.get("chart", "ray-cluster"), chart_path,
             merge(cluster, layer.sub("rayCluster", "values") if "values" in rc else Layer({}, {})))
@@ -80,13 +85,14 @@ def compose(root: Path, env: Environment) -> list[App]:
     defaults = layer.sub("jobDefaults") if layer.get("jobDefaults") else Layer({}, {})
     for job_name in sorted(layer.get("jobs", default={}) or {}):
         entry = merge(defaults, layer.sub("jobs", job_name))
-        if not entry.data.get("enabled", True):
+        if not entry.data.get("enabled", True) or not placement.job_runs_on(env, entry.data):
             continue
         chart_path = ("jobs", job_name, "chart") if "chart" in (layer.get("jobs", job_name) or {}) else (
             ("jobDefaults", "chart") if "chart" in (layer.get("jobDefaults") or {}) else None)
         values = merge(cluster, entry.sub("cluster") if "cluster" in entry.data else Layer({}, {}))
         backend = entry.data.get("backend", "ray")
-        queue = queueing.job_values(env, entry.data.get("chart", BACKEND_CHARTS.get(backend, "")))
+        dispatched = placement.dispatched(env, entry.data)
+        queue = queueing.job_values(env, entry.data.get("chart", BACKEND_CHARTS.get(backend, "")), dispatched)
         if queue:  # queued: the LocalQueue's label, Kueue owns suspend, the Ray cluster goes with the quota
             values = merge(values, Layer(queue, {}))
         if "job" in entry.data:
@@ -97,7 +103,8 @@ def compose(root: Path, env: Environment) -> list[App]:
                                       ValueFault(f"jobs.{job_name}", problem)))
             continue
         add(JOB_PREFIX + job_name, f"{job_name}-{HASH_TOKEN}", entry.data.get("chart", BACKEND_CHARTS[backend]),
-            chart_path, values, hashed=True)
+            chart_path, values, hashed=True,
+            leaves_out=placement.JOB_KINDS if dispatched and env.placement.role == placement.WORKER else ())
 
     if errors:
         raise RenderErrors(_merge_same_fault(errors))

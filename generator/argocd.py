@@ -64,7 +64,7 @@ TRAINING_OPERATOR_NAMESPACE = "kubeflow"
 # (config/default names a staging image) and our configuration (operator_config/kueue-manager-config.yaml).
 KUEUE_GIT_REPO = "https://github.com/kubernetes-sigs/kueue.git"
 KUEUE_VERSION = versions.pinned().kueue
-KUEUE_NAMESPACE = "kueue-system"
+KUEUE_NAMESPACE = queueing.KUEUE_NAMESPACE
 KUEUE_STAGING_IMAGE = "us-central1-docker.pkg.dev/k8s-staging-images/kueue/kueue"
 KUEUE_IMAGE = "registry.k8s.io/kueue/kueue"
 

@@ -12,12 +12,13 @@ member, rendered exactly as before.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fleet_contract, schema_check, templating
+from . import fleet_contract, placement, schema_check, templating
 from .errors import RenderError, RenderErrors
 from .layers import Layer, load_yaml, merge
+from .placement import Placement
 
 BASE = "base"
 SCHEMA = Path(__file__).with_name("environment.schema.yaml")
@@ -33,6 +34,8 @@ class Environment:
     files: tuple  # the files it was composed from, lowest layer first (repo-relative)
     cluster: str | None = None  # the member's key under `clusters:`; None: a single-cluster environment
     raw: Layer | None = None  # the composed document before templates (what the clusters are stacked on)
+    # its part in where the environment's jobs run (generator/placement.py: MultiKueue's manager or worker)
+    placement: Placement = field(default_factory=Placement)
 
     @property
     def app_prefix(self) -> str:
@@ -102,6 +105,7 @@ def members(env: Environment) -> list[Environment]:
     key."""
     clusters = env.raw.get(CLUSTERS) if env.raw is not None else None
     if not clusters:
+        placement.plan(env, [env])
         return [env]
     # merge() copies what it stacks on: one shared layer serves every cluster
     shared = Layer({k: v for k, v in env.raw.data.items() if k != CLUSTERS},
@@ -109,14 +113,15 @@ def members(env: Environment) -> list[Environment]:
     out = []
     for key in clusters:
         overlay = env.raw.sub(CLUSTERS, key)
-        for field in ("clusterName", "context"):  # base.yaml's "{{ env }}" would name every cluster alike
-            if field not in (overlay.data.get("target") or {}):
-                overlay.data.setdefault("target", {})[field] = key
-                overlay.origins[("target", field)] = env.raw.locate((CLUSTERS, key))
+        for name in ("clusterName", "context"):  # base.yaml's "{{ env }}" would name every cluster alike
+            if name not in (overlay.data.get("target") or {}):
+                overlay.data.setdefault("target", {})[name] = key
+                overlay.origins[("target", name)] = env.raw.locate((CLUSTERS, key))
         layer = merge(shared, overlay)
         _checked(layer, env.name, f"environment {env.name!r}, cluster {key!r}")
         out.append(Environment(env.name, layer, env.files, cluster=key))
     fleet_contract.check(env, out)
+    placement.plan(env, out)
     return out
 
 

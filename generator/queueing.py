@@ -5,14 +5,19 @@
   every job        the label kueue.x-k8s.io/queue-name: <localQueue> (ray-job / pytorch-job `job.queueName`), and
                    no rendered `suspend`: Kueue suspends a queued job when it is created and resumes it when the
                    quota has room, so a `suspend: false` in git under self-heal would start jobs that have none
+  MultiKueue       on an environment that places its jobs across its clusters (generator/placement.py): the
+                   manager's ClusterQueue with the workers' summed quota, its AdmissionCheck, MultiKueueConfig and
+                   MultiKueueClusters; each worker's access for the manager; `managedBy` on dispatched jobs
   Argo CD layer    Kueue itself, an operator like KubeRay (generator/argocd.py), on every cluster of the environment
 """
 from __future__ import annotations
 
+from . import placement
 from .environments import Environment
 from .layers import Layer, merge
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_NAMESPACE = "kueue-system"  # where Kueue runs and reads MultiKueue's kubeconfig Secrets
 DEFAULT_LOCAL_QUEUE = "training"
 
 
@@ -37,10 +42,22 @@ def platform_values(env: Environment) -> Layer | None:
     q = settings(env)
     if q is None:
         return None
-    return merge(Layer({"queueing": q}, {}), env.layer.sub("queueing").under("queueing"))
+    values = merge(Layer({"queueing": q}, {}), env.layer.sub("queueing").under("queueing"))
+    values.data["queueing"].pop("multiKueue", None)
+    where = env.placement
+    if where.role == placement.MANAGER:
+        for flavor in values.data["queueing"]["flavors"]:
+            flavor["quota"] = dict(where.quota.get(flavor["name"]) or flavor["quota"])
+        values.data["queueing"]["multiKueue"] = {
+            "role": placement.MANAGER, "admissionCheck": placement.ADMISSION_CHECK, "config": env.name,
+            "kueueNamespace": KUEUE_NAMESPACE,
+            "workers": [{"name": w, "kubeconfigSecret": where.kubeconfig_secret(w)} for w in where.workers]}
+    elif where.role == placement.WORKER:
+        values.data["queueing"]["multiKueue"] = {"role": placement.WORKER, "serviceAccount": where.secret_prefix}
+    return values
 
 
-def job_values(env: Environment, chart: str) -> dict:
+def job_values(env: Environment, chart: str, dispatched: bool = False) -> dict:
     """What every job's chart values start from: the LocalQueue ({} when the environment queues nothing), and for a
     RayJob no time-to-live after it ends (a job's own value still wins): Kueue releases a job's quota the moment it
     finishes, while KubeRay keeps its Ray cluster, pods and nodes, for ttlSecondsAfterFinished (600 s by default),
@@ -50,6 +67,8 @@ def job_values(env: Environment, chart: str) -> dict:
     if not q:
         return {}
     job = {"queueName": q["localQueue"]}
+    if dispatched:  # placed on a worker by MultiKueue (generator/placement.py); every cluster renders it alike
+        job["managedBy"] = placement.MANAGED_BY
     if chart == "ray-job":
         job["ttlSecondsAfterFinished"] = 0
     return {"job": job}

@@ -49,6 +49,8 @@ def _render_app(root: Path, env: environments.Environment, app: apps_mod.App) ->
         digest = hashlib.sha256(text.encode()).hexdigest()[: len(apps_mod.HASH_TOKEN)]
         text = text.replace(apps_mod.HASH_TOKEN, digest)
     for doc in manifests.split(text, f"app {app.key}"):
+        if doc["kind"] in app.leaves_out:
+            continue
         refusal = None if app.name == scopes.PLATFORM_APP else scopes.workload_refusal(doc["apiVersion"], doc["kind"])
         if refusal:
             raise RenderError(f"app {app.key} (charts/{app.chart.name}) renders {doc['kind']} "

@@ -97,7 +97,8 @@ def join(found: list[Sync], runs: list[jobs_mod.Run]) -> list:
 
 def audit(clients: Clients, target: Target, root: Path, job: str) -> dict:
     app_name = f"{target.env}-job-{job}"
-    folder = f"apps/{target.env}/job-{job}/"
+    # its folder now, and the shared one it had before its environment spanned several clusters (history spans it)
+    folders = sorted({target.app_folder(root, f"job-{job}"), f"apps/{target.env}/job-{job}/"})
     custom = clients.custom(target.argocd_context)
     try:
         app = custom.get_namespaced_custom_object("argoproj.io", "v1alpha1", target.argocd_namespace,
@@ -109,7 +110,7 @@ def audit(clients: Clients, target: Target, root: Path, job: str) -> dict:
         raise OpsError(f"no Application {app_name} in Argo CD (namespace {target.argocd_namespace} on context "
                        f"{target.argocd_context}); jobs of {target.env}: {', '.join(known) or 'none'}",
                        EXIT_BAD_INPUT) from None
-    history = commits(root, [folder])
+    history = commits(root, folders)
     by_sha = {c.sha: c for c in history}
     found = syncs(app)
     for sync in found:

@@ -10,6 +10,8 @@
 3. `argocd/root.yaml` is applied (server-side, as kubectl does), then a live display follows every Application
    of the environment until each is Synced and Healthy (a job's, until its job runs), or names the first that is
    not and why when time runs out.
+   Where MultiKueue places the jobs (queueing.multiKueue), the manager's kubeconfig Secrets for its workers are made
+   (ops/multikueue.py) as soon as Argo CD has synced the workers' ServiceAccounts and Kueue's namespace.
 4. The Ray dashboard of the standing cluster: its NodePort address, or the port-forward to run.
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ import yaml
 
 from generator import versions
 
+from . import multikueue, targets
 from . import status as status_mod
 from .targets import EXIT_NOT_HEALTHY, EXIT_TIMEOUT, EXIT_UNREACHABLE, Clients, OpsError, Target
 
@@ -305,7 +308,12 @@ def bootstrap(clients: Clients, target: Target, root: Path, timeout: float = 900
     for problem in storage:
         print(f"checkpoint storage: {problem}", file=out)
     print(apply_root(target, root), file=out)
-    wait_settled(clients, target, timeout, out, expected=expected_applications(root, target.env))
+    started = time.monotonic()
+    placed = multikueue.links(targets.fleet(root, target.env, target.kubeconfig))
+    if placed:  # the manager's Secrets to reach its workers: the workers' accounts exist once Argo CD synced them
+        multikueue.ensure_all(clients, placed, timeout, out)
+    wait_settled(clients, target, max(60.0, timeout - (time.monotonic() - started)), out,
+                 expected=expected_applications(root, target.env))
     standing = [c for c in status_mod.ray_clusters(clients, target) if c["owner"] is None]
     for cluster in standing:
         print(f"Ray dashboard of {cluster['name']}: {cluster['dashboardUrl']}", file=out)

@@ -33,6 +33,7 @@ class Target:
     # as written, templates unresolved, with every cluster's entry (a Layer); None when the Target was made by hand
     layer: object | None = None
     written: object | None = None
+    placement: object | None = None  # its part in where jobs run (generator.placement.Placement)
 
     def rendered(self, root: Path, pattern: str = "*.yaml") -> list[Path]:
         """The rendered files of this target's apps: apps/<env>/<app>/ and, on an environment of several clusters,
@@ -40,6 +41,13 @@ class Target:
         apps = root / "apps" / self.env
         own = sorted(apps.glob(f"clusters/{self.cluster}/*/{pattern}")) if self.cluster else []
         return sorted(apps.glob(f"*/{pattern}")) + own
+
+
+    def app_folder(self, root: Path, app: str) -> str:
+        """The repository path (with a trailing /) an app of this target is rendered in: its cluster's own
+        apps/<env>/clusters/<cluster>/<app>/ when there is one, else the shared apps/<env>/<app>/."""
+        own = f"apps/{self.env}/clusters/{self.cluster}/{app}/"
+        return own if self.cluster and (root / own).is_dir() else f"apps/{self.env}/{app}/"
 
 
 def kubeconfig_path(explicit: str | None = None) -> str | None:
@@ -82,7 +90,8 @@ def fleet(root: Path, env: str, kubeconfig: str | None = None) -> list[Target]:
         out.append(Target(env=env, context=doc["target"].get("context") or env, namespace=doc["target"]["namespace"],
                           argocd_context=argocd.get("context") or doc["target"].get("context") or env,
                           argocd_namespace=argocd.get("namespace", "argocd"), kubeconfig=kubeconfig_path(kubeconfig),
-                          doc=doc, cluster=member.cluster, layer=member.layer, written=loaded.raw))
+                          doc=doc, cluster=member.cluster, layer=member.layer, written=loaded.raw,
+                          placement=member.placement))
     return out
 
 

@@ -48,3 +48,11 @@ def go_module_dir(module: str, version: str) -> Path:
     if proc.returncode != 0 or not info.get("Dir"):
         pytest.fail(f"go mod download {module}@{version} failed: {info.get('Error') or proc.stderr.strip()}")
     return Path(info["Dir"])
+
+
+def app_dir(root: Path, env: str, app: str, cluster: str | None = None) -> Path:
+    """Where an app of an environment is rendered for one of its clusters (default: the one keyed like the
+    environment): that cluster's own apps/<env>/clusters/<cluster>/<app>/ when there is one, else the shared
+    apps/<env>/<app>/ (generator/render.py place)."""
+    own = root / "apps" / env / "clusters" / (cluster or env) / app
+    return own if own.is_dir() else root / "apps" / env / app

@@ -18,6 +18,7 @@ Backends: ``kubeconform`` when it is on PATH (``backend="auto"``), otherwise in-
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -154,13 +155,32 @@ def _classify(manifest: Manifest, builtins: BuiltinSchemas, crds: CrdSchemaStore
 
 # id(schema) -> (schema, validator); the schema is kept so that its id stays unique for the process.
 _CRD_VALIDATORS: dict[int, tuple[dict, jsonschema.Draft4Validator]] = {}
+_INLINE_FLAGS = re.compile(r"\(\?([aiLmsux]+)\)")
+
+
+def python_pattern(pattern: str) -> str:
+    """A CRD's pattern (Go's RE2, as the API server reads it) as Python's re reads it: RE2 takes inline flags
+    anywhere, `^(?i)[a-z]...` (Kueue v0.17.0's AdmissionCheck parameters.kind), Python only at the start, so flags
+    after the start apply to the rest as a scoped group, `^(?i:[a-z]...)`."""
+    match = _INLINE_FLAGS.search(pattern)
+    if match is None or match.start() == 0:
+        return pattern
+    return f"{pattern[:match.start()]}(?{match.group(1)}:{pattern[match.end():]})"
+
+
+def _go_pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not re.search(python_pattern(pattern), instance):
+        yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+# Draft 4: OpenAPI v3 schemas use its keyword semantics (e.g. boolean exclusiveMinimum); patterns are RE2's.
+_CrdValidator = jsonschema.validators.extend(jsonschema.Draft4Validator, {"pattern": _go_pattern})
 
 
 def _crd_validator(schema: dict) -> jsonschema.Draft4Validator:
-    # Draft 4: OpenAPI v3 schemas use its keyword semantics (e.g. boolean exclusiveMinimum).
     key = id(schema)
     if key not in _CRD_VALIDATORS:
-        _CRD_VALIDATORS[key] = (schema, jsonschema.Draft4Validator(schema))
+        _CRD_VALIDATORS[key] = (schema, _CrdValidator(schema))
     return _CRD_VALIDATORS[key][1]
 
 

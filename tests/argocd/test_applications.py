@@ -155,7 +155,7 @@ def test_one_application_per_app_directory(env):
         own = [d for d in (REPO / "apps" / env / "clusters" / str(member.cluster)).glob("*") if d.name != "platform"]
         for d in shared + own:
             where[f"{member.app_prefix}-{d.name}"] = (str(d.relative_to(REPO)), member.doc["target"]["server"])
-    assert names == sorted(where) and len(names) >= 2 * len(servers(env))
+    assert names == sorted(where) and len(names) >= len(servers(env))
     for app in apps:
         spec = app["spec"]
         assert spec["project"] == env

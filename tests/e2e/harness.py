@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from e2e import gitops, kube, kwok_stages, pod_logs, world
+from e2e import gitops, kube, kwok_stages, pod_logs, procs, world
 
 # the checkout the e2e cluster publishes (python -m e2e run --source; default: this one)
 ROOT = Path(os.environ.get("E2E_SOURCE", Path(__file__).resolve().parents[2]))
@@ -283,13 +283,35 @@ class Harness:
 
     def rendered_platform(self, key: str) -> list[dict]:
         """The platform app as rendered for one cluster (its own folder on an environment of several clusters)."""
-        env = self.current["clusters"][key].get("environment", key)
-        own = self.work / "apps" / env / "clusters" / (key.removeprefix(f"{env}-") if key != env else env) / "platform"
-        folder = own if own.is_dir() else self.work / "apps" / env / "platform"
-        return [yaml.safe_load(p.read_text()) for p in sorted(folder.glob("*.yaml"))]
+        return self.rendered(key, "platform")
 
-    def rendered(self, env: str, app: str) -> list[dict]:
-        return [yaml.safe_load(p.read_text()) for p in sorted((self.work / "apps" / env / app).glob("*.yaml"))]
+    def app_dir(self, key: str, app: str) -> Path:
+        """Where an app is rendered for one cluster (an environment's key is its first cluster): the cluster's own
+        folder (apps/<env>/clusters/<cluster>/<app>) where there is one, else the shared apps/<env>/<app>."""
+        env = self.current["clusters"][key].get("environment", key)
+        own = self.work / "apps" / env / "clusters" / (key.removeprefix(f"{env}-") if key != env else env) / app
+        return own if own.is_dir() else self.work / "apps" / env / app
+
+    def rendered(self, key: str, app: str) -> list[dict]:
+        """An app as rendered for one cluster (app_dir)."""
+        return [yaml.safe_load(p.read_text()) for p in sorted(self.app_dir(key, app).glob("*.yaml"))]
+
+    def app_names(self, key: str) -> list[str]:
+        """The apps rendered for one cluster (an environment's key is its first cluster): the shared folders of
+        apps/<env>/ and the cluster's own under apps/<env>/clusters/<cluster>/."""
+        env = self.current["clusters"][key].get("environment", key)
+        own = self.work / "apps" / env / "clusters" / (key.removeprefix(f"{env}-") if key != env else env)
+        names = {d.name for d in (self.work / "apps" / env).iterdir() if d.is_dir() and d.name != "clusters"}
+        names |= {d.name for d in own.iterdir() if d.is_dir()} if own.is_dir() else set()
+        return sorted(names)
+
+    # --- a component stopped and brought back (e2e.procs hold / release) ---------------------------------------
+    def hold_process(self, name: str) -> None:
+        """Stop one of the e2e cluster's processes (e.g. <cluster>-kube-apiserver) and keep it down."""
+        procs.hold(Path(self.current["logs"]).parent, name)
+
+    def release_process(self, name: str) -> None:
+        procs.release(Path(self.current["logs"]).parent, name)
 
     # --- day two, as `make bootstrap / status / logs / diagnose / retry / watch` run it ------------------------
     def ops_command(self, *args: str) -> tuple[list[str], dict]:

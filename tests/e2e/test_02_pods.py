@@ -20,8 +20,8 @@ def expected_pod_count(e2e, env: str) -> int:
     """Pods the rendered workloads make: RayCluster head + worker replicas (+ a submitter per RayJob), PyTorchJob
     replicas."""
     total = 0
-    for app_dir in sorted((e2e.work / "apps" / env).iterdir()):
-        for doc in e2e.rendered(env, app_dir.name):
+    for app in e2e.app_names(env):
+        for doc in e2e.rendered(env, app):
             kind, spec = doc["kind"], doc.get("spec") or {}
             if kind == "RayCluster":
                 total += 1 + sum(g.get("replicas", 0) * g.get("numOfHosts", 1) for g in spec["workerGroupSpecs"])
@@ -296,7 +296,7 @@ def test_every_operator_made_container_has_a_read_only_root_with_scratch(e2e, bo
     assert found == [], [str(v) for v in found]
     init_pytorch = [c for d in docs for c in d["spec"].get("initContainers") or [] if c["name"] == "init-pytorch"]
     if any(doc["kind"] == "PyTorchJob" and (doc["spec"]["pytorchReplicaSpecs"].get("Worker") or {}).get("replicas")
-           for app_dir in sorted((e2e.work / "apps" / env).iterdir()) for doc in e2e.rendered(env, app_dir.name)):
+           for app in e2e.app_names(env) for doc in e2e.rendered(env, app)):
         assert init_pytorch, f"{env}: no PyTorchJob worker carries the training-operator's init container"
     for c in init_pytorch:
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}, c  # ours, not the operator's built-in

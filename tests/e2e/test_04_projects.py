@@ -51,7 +51,10 @@ subjects:
 
 
 def _files(e2e, env):
-    folder = e2e.work / "apps" / env / APP
+    """The RBAC slipped into the standing Ray cluster's folder as the environment's first cluster has it (its own,
+    apps/<env>/clusters/<env>/ray-cluster, where the environment's clusters differ in it)."""
+    own = e2e.work / "apps" / env / "clusters" / env / APP
+    folder = own if own.is_dir() else e2e.work / "apps" / env / APP
     return {folder / f"clusterrolebinding-{TAKE_OVER}.yaml": CLUSTER_ROLE_BINDING,
             folder / f"rolebinding-{TAKE_OVER}.yaml": ROLE_BINDING}
 

@@ -32,8 +32,8 @@ def _images(pod) -> set[str]:
 
 def _rendered_runs(e2e, env) -> set[str]:
     """The job resources (RayJob / PyTorchJob names: <job>-<hash>) the checkout renders for an environment."""
-    return {doc["metadata"]["name"] for app in (e2e.work / "apps" / env).glob("job-*")
-            for doc in e2e.rendered(env, app.name) if doc["kind"] in ("RayJob", "PyTorchJob")}
+    return {doc["metadata"]["name"] for app in e2e.app_names(env) if app.startswith("job-")
+            for doc in e2e.rendered(env, app) if doc["kind"] in ("RayJob", "PyTorchJob")}
 
 
 @pytest.fixture(scope="module")

@@ -108,7 +108,8 @@ def test_retry_is_one_commit_that_starts_a_new_run_resuming_from_the_checkpoints
     sha = next(line.split()[0] for line in first_retry if f"retry {env}/{job} (run 1)" in line)
     files = remotes.git("show", "--name-only", "--format=", sha, cwd=e2e.work).splitlines()
     assert f"environments/{env}.yaml" in files
-    assert all(f == f"environments/{env}.yaml" or f.startswith(f"apps/{env}/job-{job}/") for f in files), files
+    folder = str(e2e.app_dir(env, f"job-{job}").relative_to(e2e.work))  # its cluster's own, on a fleet
+    assert all(f == f"environments/{env}.yaml" or f.startswith(f"{folder}/") for f in files), files
     before = remotes.git("show", f"{sha}~1:environments/{env}.yaml", cwd=e2e.work)
     after = remotes.git("show", f"{sha}:environments/{env}.yaml", cwd=e2e.work)
     comments = [line.strip() for line in before.splitlines() if line.strip().startswith("#")]
@@ -116,9 +117,9 @@ def test_retry_is_one_commit_that_starts_a_new_run_resuming_from_the_checkpoints
     assert yaml.safe_load(after)["jobs"][job]["job"]["run"] == 1
     specs = {}
     for rev in (f"{sha}~1", sha):
-        listing = remotes.git("ls-tree", "--name-only", f"{rev}:apps/{env}/job-{job}", cwd=e2e.work).splitlines()
+        listing = remotes.git("ls-tree", "--name-only", f"{rev}:{folder}", cwd=e2e.work).splitlines()
         spec_file = next(f for f in listing if f.endswith("-spec.yaml"))
-        specs[rev] = yaml.safe_load(remotes.git("show", f"{rev}:apps/{env}/job-{job}/{spec_file}", cwd=e2e.work))
+        specs[rev] = yaml.safe_load(remotes.git("show", f"{rev}:{folder}/{spec_file}", cwd=e2e.work))
     assert specs[f"{sha}~1"]["data"] == specs[sha]["data"], "the retry changed the training spec: it would not " \
                                                             "resume from the same checkpoints"
     assert len(record.runs) >= 2 and record.runs[0] != record.runs[1], record.runs

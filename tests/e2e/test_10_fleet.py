@@ -1,8 +1,9 @@
-"""One environment on two clusters (environments/eks.yaml `clusters:` eks and west-b): the e2e runs a control plane
-for each (three in all, with minikube's), Argo CD syncs every Application of both from the one ApplicationSet and
-the root, each cluster's own values (its FSx subnet) are on that cluster only, and the shared apps (the jobs, the
-standing Ray cluster) run on both; `make fleet` reads both clusters and names the one that lost a Secret. Prints
-the budgets: time for each cluster to converge, memory per control plane."""
+"""One environment on three clusters (environments/eks.yaml `clusters:` eks, west-b and hub, MultiKueue's manager):
+the e2e runs a control plane for each (four in all, with minikube's), Argo CD syncs every Application of each from
+the one ApplicationSet and the root, each cluster's own values (its FSx subnet) are on that cluster only, the
+standing Ray cluster runs on both workers (not on hub, which runs no training) and the pinned jobs on eks only;
+`make fleet` reads every cluster and names the one that lost a Secret. Prints the budgets: time for each cluster to
+converge, memory per control plane."""
 from __future__ import annotations
 
 import json
@@ -13,7 +14,8 @@ import pytest
 
 from tests.e2e.harness import BUDGETS, wait_for
 
-ENV, SECOND = "eks", "eks-west-b"
+ENV, SECOND, HUB = "eks", "eks-west-b", "eks-hub"
+KEYS = (ENV, SECOND, HUB)
 SUBNETS = {"eks": "subnet-0123456789abcdef0", SECOND: "subnet-0fedcba9876543210"}
 
 
@@ -36,33 +38,34 @@ def converged(e2e, bootstrapped):
 
 def test_every_application_of_both_clusters_is_synced_and_healthy_on_its_own_cluster(e2e, bootstrapped):
     promised = e2e.expected_apps(ENV)
-    want = {SECOND: {n for n in promised if n.startswith(f"{SECOND}-")}}
-    want[ENV] = promised - want[SECOND]
-    assert want[ENV] and len(want[ENV]) == len(want[SECOND]), want
+    want = {key: {n for n in promised if n.startswith(f"{key}-")} for key in (SECOND, HUB)}
+    want[ENV] = promised - want[SECOND] - want[HUB]
+    assert all(want.values()), want
 
     def check():
-        apps = {key: {a["metadata"]["name"]: a for a in _apps_of(e2e, key)} for key in (ENV, SECOND)}
+        apps = {key: {a["metadata"]["name"]: a for a in _apps_of(e2e, key)} for key in KEYS}
         problems = [f"{key}: not generated yet: {', '.join(sorted(want[key] - set(found)))}"
                     for key, found in apps.items() if want[key] - set(found)]
-        problems += [e2e.describe(a) for found in apps.values() for a in found.values() if not settled(key_of(a), a)]
+        problems += [e2e.describe(a) for key, found in apps.items() for a in found.values() if not settled(key, a)]
         return not problems, "; ".join(problems)
-
-    def key_of(app):
-        return SECOND if app["metadata"]["name"].startswith(f"{SECOND}-") else ENV
 
     def settled(key, app):
         """Synced and Healthy; on the first cluster a job may still train (its scenarios end it, not this one):
-        Synced and Progressing. The second cluster's jobs end by themselves (e2e/kwok_stages.py)."""
+        Synced and Progressing."""
         sync, health = e2e.app_state(app)
         running = key == ENV and "-job-" in app["metadata"]["name"] and health == "Progressing"
         return sync == "Synced" and (health == "Healthy" or running)
-    wait_for(check, 420, 5, "the Applications of eks's two clusters")
-    for key in (ENV, SECOND):
+    wait_for(check, 420, 5, "the Applications of eks's three clusters")
+    for key in KEYS:
         apps = _apps_of(e2e, key)
-        # the same apps on both clusters, each Application aimed at its own cluster (the world map's server)
+        # each Application aimed at its own cluster (the world map's server)
         assert {a["spec"]["destination"]["server"] for a in apps} == {e2e.clusters[key]["server"]}, key
-    names = {key: {a["metadata"]["labels"]["ray-gitops/app"] for a in _apps_of(e2e, key)} for key in (ENV, SECOND)}
-    assert names[ENV] == names[SECOND] and {"platform", "ray-cluster", "kuberay-operator"} <= names[ENV]
+    names = {key: {a["metadata"]["labels"]["ray-gitops/app"] for a in _apps_of(e2e, key)} for key in KEYS}
+    pinned = {f"job-{name}" for name, job in e2e.env_doc(ENV)["jobs"].items() if job.get("pinnedTo") == ENV}
+    assert pinned and pinned <= names[ENV] and not pinned & (names[SECOND] | names[HUB]), names
+    assert names[SECOND] == names[ENV] - pinned and {"platform", "ray-cluster", "kuberay-operator"} <= names[SECOND]
+    # the manager: the operators and the platform (its queue and MultiKueue objects), no standing Ray cluster
+    assert {"platform", "kueue"} <= names[HUB] and "ray-cluster" not in names[HUB], names[HUB]
 
 
 def test_each_clusters_own_values_are_on_that_cluster_only(e2e, converged):
@@ -102,9 +105,10 @@ def test_make_fleet_names_the_cluster_that_lost_a_secret_and_the_fix(e2e, conver
 
     code, before = fleet()
     clusters = {c["cluster"]: c for c in before["clusters"]}
-    assert set(clusters) == {"eks", "west-b"} and not any(c["unreachable"] for c in clusters.values())
-    assert clusters["eks"]["operators"] and clusters["eks"]["operators"] == clusters["west-b"]["operators"]
-    assert clusters["eks"]["crds"] and clusters["eks"]["crds"] == clusters["west-b"]["crds"]
+    assert set(clusters) == {"eks", "west-b", "hub"} and not any(c["unreachable"] for c in clusters.values())
+    assert clusters["eks"]["operators"] and clusters["eks"]["operators"] == clusters["west-b"]["operators"] \
+        == clusters["hub"]["operators"]
+    assert clusters["eks"]["crds"] and clusters["eks"]["crds"] == clusters["west-b"]["crds"] == clusters["hub"]["crds"]
     assert clusters["west-b"]["secrets"][f"{namespace}/{secret}"]["missing"] is False
     assert not [d for d in before["drift"] if "Secret" in d["what"] or "operator" in d["what"] or "CRD" in d["what"]
                 ], before["drift"]

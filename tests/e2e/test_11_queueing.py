@@ -85,7 +85,9 @@ def queued(e2e, bootstrapped):
             spec = json.loads(json.dumps(template))
             spec["name"] = job
             spec["config"]["numWorkers"] = workers
-            doc["jobs"][job] = {"cluster": {"workerGroups": {"gpu-g5": {
+            # on eks's first cluster (pinned: their checkpoints are on its FSx file system; MultiKueue's placement
+            # across the clusters is test_12's)
+            doc["jobs"][job] = {"pinnedTo": ENV, "cluster": {"workerGroups": {"gpu-g5": {
                 "replicas": workers, "minReplicas": workers, "maxReplicas": workers}}},
                 "job": {"spec": spec}}
     e2e.edit_environment(f"{ENV}.yaml", add)

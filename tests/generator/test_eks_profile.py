@@ -3,7 +3,7 @@ import os
 
 import yaml
 
-from tests.support import REPO, run_generator
+from tests.support import REPO, app_dir, run_generator
 
 # NCCL uses the aws-ofi-nccl plugin or fails (never TCP sockets in silence); NCCL_PROTO is the plugin's to set
 EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "0", "FI_EFA_FORK_SAFE": "1", "NCCL_NET_PLUGIN": "ofi",
@@ -132,7 +132,7 @@ def test_instance_family_is_one_value(repo_copy, tmp_path):
 def test_torchrun_job_renders_a_valid_pytorchjob(tmp_path):
     from validation.schema_validation import validate_manifests
 
-    (path,) = (REPO / "apps" / "eks" / "job-fsdp-llama").glob("pytorchjob-fsdp-llama-*.yaml")
+    (path,) = app_dir(REPO, "eks", "job-fsdp-llama").glob("pytorchjob-fsdp-llama-*.yaml")
     doc = yaml.safe_load(path.read_text())
     replicas = doc["spec"]["pytorchReplicaSpecs"]
     assert replicas["Master"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 3
@@ -147,7 +147,7 @@ def test_torchrun_job_renders_a_valid_pytorchjob(tmp_path):
 def test_elastic_torchrun_has_no_master_and_a_c10d_rendezvous(repo_copy, tmp_path):
     out = _render_with(repo_copy, tmp_path, "", ("      workers: 3\n",
                        "      workers: 3\n      elastic: {enabled: true, minReplicas: 2, maxReplicas: 4}\n"))
-    (path,) = (out / "job-fsdp-llama").glob("pytorchjob-*.yaml")
+    (path,) = app_dir(out.parent.parent, "eks", "job-fsdp-llama").glob("pytorchjob-*.yaml")
     spec = yaml.safe_load(path.read_text())["spec"]
     assert "Master" not in spec["pytorchReplicaSpecs"]
     assert spec["elasticPolicy"]["rdzvBackend"] == "c10d" and spec["elasticPolicy"]["maxReplicas"] == 4

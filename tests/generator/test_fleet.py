@@ -11,10 +11,26 @@ from tests.support import REPO, run_generator, tree_digest
 
 SECOND = "https://eks-training-b.example.internal"
 HOME = "https://eks-training.example.internal"
+HUB = "https://eks-training-hub.example.internal"
+
+
+def make_two(root) -> None:
+    """environments/eks.yaml as it was before MultiKueue placed its jobs: two clusters (eks, west-b), no manager, no
+    pinned jobs: every job runs on both."""
+    env = root / "environments" / "eks.yaml"
+    text = env.read_text()
+    start = text.index("  # The MultiKueue manager")
+    text = text[:start] + text[text.index("\n# Change windows for the platform") + 1:]
+    start = text.index("  # Jobs placed across the clusters")
+    end = text.index("    workers: [eks, west-b]\n") + len("    workers: [eks, west-b]\n")
+    text = text[:start] + text[end:]
+    text = "".join(line for line in text.splitlines(keepends=True) if not line.lstrip().startswith("pinnedTo:"))
+    env.write_text(text)
 
 
 def make_single(root) -> None:
     """environments/eks.yaml as it was before it had two clusters: its first cluster's target at the top."""
+    make_two(root)
     env = root / "environments" / "eks.yaml"
     text = env.read_text()
     doc = yaml.safe_load(text)
@@ -52,6 +68,7 @@ def test_a_fleet_renders_shared_apps_once_and_per_cluster_values_per_cluster(rep
     jobs = sorted(p.name for p in (repo_copy / "apps" / "eks").iterdir() if p.name.startswith("job-"))
     assert (repo_copy / "apps" / "eks" / "platform").is_dir() and not (repo_copy / "apps" / "eks" / "clusters").exists()
     shutil.copy(REPO / "environments" / "eks.yaml", repo_copy / "environments" / "eks.yaml")
+    make_two(repo_copy)
     render(repo_copy)
     eks = repo_copy / "apps" / "eks"
     # the jobs and the standing Ray cluster are the same on both clusters: rendered once, in the shared layer
@@ -64,9 +81,8 @@ def test_a_fleet_renders_shared_apps_once_and_per_cluster_values_per_cluster(rep
     assert "subnet-0fedcba9876543210" in own["west-b"] and "subnet-0fedcba9876543210" not in own["eks"]
     assert "subnet-0123456789abcdef0" in own["eks"] and "subnet-0123456789abcdef0" not in own["west-b"]
     assert not list((eks / "clusters").glob("*/job-*")), "nothing shared is rendered per cluster"
-    # another environment is untouched, the committed tree is this render, and the render is deterministic
+    # another environment is untouched, and the render is deterministic
     assert tree_digest(repo_copy / "apps" / "minikube") == before
-    assert tree_digest(eks) == tree_digest(REPO / "apps" / "eks")
     first = tree_digest(repo_copy / "apps"), tree_digest(repo_copy / "argocd")
     render(repo_copy)
     assert (tree_digest(repo_copy / "apps"), tree_digest(repo_copy / "argocd")) == first
@@ -77,6 +93,7 @@ def test_each_cluster_gets_its_secret_operators_and_platform_with_unique_names(r
     render(repo_copy)
     single = {p.name for p in (repo_copy / "argocd" / "managed").glob("*eks*")}
     shutil.copy(REPO / "environments" / "eks.yaml", repo_copy / "environments" / "eks.yaml")
+    make_two(repo_copy)
     render(repo_copy)
     files = {p.name for p in (repo_copy / "argocd" / "managed").glob("*eks*")}
     # the cluster keyed like the environment keeps every name it had: making eks a fleet renames (deletes) nothing
@@ -105,18 +122,18 @@ def test_a_clusters_name_and_context_default_to_its_key(repo_copy):
     render(repo_copy)
     assert managed(repo_copy, "secret-cluster-eks-west-b.yaml")["stringData"]["name"] == "west-b"
     from generator import environments
-    [_, west] = environments.members(environments.load(repo_copy, "eks"))
+    [_, west, _] = environments.members(environments.load(repo_copy, "eks"))
     assert west.doc["target"]["context"] == "west-b" and west.app_prefix == "eks-west-b"
 
 
 def test_projects_cover_exactly_the_environments_clusters():
     workload = managed(REPO, "appproject-eks.yaml")
-    assert {d["server"] for d in workload["spec"]["destinations"]} == {HOME, SECOND}
+    assert {d["server"] for d in workload["spec"]["destinations"]} == {HOME, SECOND, HUB}
     assert {d["namespace"] for d in workload["spec"]["destinations"]} == {"ray-training"}
     platform = managed(REPO, "appproject-eks-platform.yaml")
-    assert {d["server"] for d in platform["spec"]["destinations"]} == {HOME, SECOND}
+    assert {d["server"] for d in platform["spec"]["destinations"]} == {HOME, SECOND, HUB}
     # each server x (env, kuberay, kubeflow namespaces, and Kueue's kueue-system and kube-system: eks queues)
-    assert len(platform["spec"]["destinations"]) == 2 * 5
+    assert len(platform["spec"]["destinations"]) == 3 * 5
 
 
 def test_one_applicationset_generates_shared_and_per_cluster_apps_by_the_clusters_prefix():

@@ -21,7 +21,13 @@ def by_kind(folder, kind):
 
 
 def platform_dirs():
-    return sorted((APPS / "eks" / "clusters").glob("*/platform"))
+    """The workers' platform apps (eks, west-b): the MultiKueue manager's (hub) is test_multikueue's."""
+    return sorted(p for p in (APPS / "eks" / "clusters").glob("*/platform") if p.parent.name != "hub")
+
+
+def job_dirs(env_dir):
+    """An environment's job folders: shared, and each cluster's own."""
+    return sorted(env_dir.glob("job-*")) + sorted(env_dir.glob("clusters/*/job-*"))
 
 
 def test_the_quota_is_a_clusterqueue_over_the_environments_namespace_with_every_resource_in_every_flavor():
@@ -51,7 +57,7 @@ def test_the_quota_is_a_clusterqueue_over_the_environments_namespace_with_every_
 
 
 def test_queued_jobs_carry_the_local_queue_and_render_no_suspend_and_the_others_are_unchanged():
-    queued = [d for job in (APPS / "eks").glob("job-*") for d in docs(job) if d["kind"] in ("RayJob", "PyTorchJob")]
+    queued = [d for job in job_dirs(APPS / "eks") for d in docs(job) if d["kind"] in ("RayJob", "PyTorchJob")]
     assert {d["kind"] for d in queued} == {"RayJob", "PyTorchJob"}
     for job in queued:
         assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "training", job["metadata"]["name"]
@@ -71,7 +77,8 @@ def test_queued_jobs_carry_the_local_queue_and_render_no_suspend_and_the_others_
 def test_kueue_is_an_operator_of_each_cluster_of_a_queueing_environment_only():
     managed = REPO / "argocd" / "managed"
     apps = {p.name: yaml.safe_load(p.read_text()) for p in managed.glob("application-*-kueue.yaml")}
-    assert sorted(apps) == ["application-eks-kueue.yaml", "application-eks-west-b-kueue.yaml"]
+    assert sorted(apps) == ["application-eks-hub-kueue.yaml", "application-eks-kueue.yaml",
+                            "application-eks-west-b-kueue.yaml"]
     versions = yaml.safe_load((REPO / "versions.yaml").read_text())
     for app in apps.values():
         source = app["spec"]["source"]
@@ -121,10 +128,11 @@ def test_turning_queueing_on_is_one_edit(repo_copy):
 
 def test_a_queued_jobs_own_time_to_live_still_wins(repo_copy):
     env = repo_copy / "environments" / "eks.yaml"
-    edit(env, "  cifar10-torch:\n    job:\n", "  cifar10-torch:\n    job:\n      ttlSecondsAfterFinished: 120\n")
+    pin = "    pinnedTo: eks  # its checkpoints are on eks's FSx file system\n"
+    edit(env, f"  cifar10-torch:\n{pin}    job:\n", f"  cifar10-torch:\n{pin}    job:\n      ttlSecondsAfterFinished: 120\n")
     proc = run_generator(repo_copy, "render", "--env", "eks")
     assert proc.returncode == 0, proc.stderr
-    ttl = {job.name: d["spec"]["ttlSecondsAfterFinished"] for job in (repo_copy / "apps" / "eks").glob("job-*")
+    ttl = {job.name: d["spec"]["ttlSecondsAfterFinished"] for job in job_dirs(repo_copy / "apps" / "eks")
            for d in docs(job) if d["kind"] == "RayJob"}
     assert ttl == {"job-cifar10-torch": 120, "job-digits-torch": 0}
 

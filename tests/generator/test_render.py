@@ -3,7 +3,7 @@ import shutil
 
 import yaml
 
-from tests.support import REPO, run_generator, tree_digest
+from tests.support import REPO, app_dir, run_generator, tree_digest
 
 
 def render(root, *args):
@@ -75,7 +75,7 @@ def test_removed_job_files_are_deleted(repo_copy):
     assert (repo_copy / "apps" / "minikube" / "job-digits-torch").exists()
     render(repo_copy)
     assert not (repo_copy / "apps" / "minikube" / "job-digits-torch").exists()
-    assert (repo_copy / "apps" / "eks" / "job-digits-torch").exists()
+    assert app_dir(repo_copy, "eks", "job-digits-torch").exists()
 
 
 def test_removed_environment_is_deleted_on_a_full_render(repo_copy):
@@ -88,7 +88,7 @@ def test_removed_environment_is_deleted_on_a_full_render(repo_copy):
 
 
 def test_single_environment_render_leaves_the_others_alone(repo_copy):
-    stray = repo_copy / "apps" / "eks" / "ray-cluster" / "stray.yaml"
+    stray = app_dir(repo_copy, "eks", "ray-cluster") / "stray.yaml"
     stray.write_text("kept\n")
     before = tree_digest(repo_copy / "apps" / "eks")
     render(repo_copy, "--env", "minikube")

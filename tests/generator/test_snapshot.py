@@ -8,8 +8,10 @@ APPS = REPO / "apps"
 
 
 def load(rel):
-    """A rendered file; `*` stands for a job's run hash."""
-    matches = sorted(APPS.glob(rel))
+    """A rendered file; `*` stands for a job's run hash. <env>/<app>/...: the app as the environment's first cluster
+    has it (its own apps/<env>/clusters/<env>/<app>/ on an environment of several, else the shared folder)."""
+    env, _, rest = rel.partition("/")
+    matches = sorted(APPS.glob(f"{env}/clusters/{env}/{rest}")) or sorted(APPS.glob(rel))
     assert len(matches) == 1, (rel, matches)
     return yaml.safe_load(matches[0].read_text())
 

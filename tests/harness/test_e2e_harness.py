@@ -53,7 +53,8 @@ def test_world_map_touches_only_argocd_and_only_the_endpoints(tmp_path):
     project = yaml.safe_load((root / "argocd/managed/appproject-eks.yaml").read_text())
     # the map names eks's first cluster only here: its second keeps its committed server
     assert {d["server"] for d in project["spec"]["destinations"]} == {"https://127.0.0.1:6443",
-                                                                      "https://eks-training-b.example.internal"}
+                                                                      "https://eks-training-b.example.internal",
+                                                                      "https://eks-training-hub.example.internal"}
     # what the map does not name stays as committed (the upstream Helm repository here)
     app = yaml.safe_load((root / "argocd/managed/application-eks-kuberay-operator.yaml").read_text())
     assert app["spec"]["source"]["repoURL"] == "https://ray-project.github.io/kuberay-helm/"

@@ -18,7 +18,7 @@ import yaml
 from ops import bench, change
 from ops.targets import OpsError, target
 from tests.ops.support import git
-from tests.support import REPO, tree_digest
+from tests.support import REPO, app_dir, tree_digest
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bench"
 
@@ -29,7 +29,7 @@ def _raw(job: str) -> dict:
 
 
 def _rendered(root: Path, env: str, job: str) -> dict:
-    files = sorted((root / "apps" / env / f"job-{job}").glob("*.yaml"))
+    files = sorted(app_dir(root, env, f"job-{job}").glob("*.yaml"))
     assert files, f"no apps/{env}/job-{job}"
     return next(d for d in map(yaml.safe_load, (p.read_text() for p in files)) if d["kind"] == "RayJob")
 

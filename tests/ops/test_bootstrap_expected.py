@@ -15,17 +15,24 @@ from tests.support import REPO
 
 @pytest.mark.parametrize("env", ["minikube", "eks"])
 def test_expected_are_the_operator_apps_and_one_per_app_directory(env):
+    """Per cluster of the environment, under its prefix (docs/argocd.md): the operator apps, and one per shared app
+    directory and per directory of its own (eks's clusters differ: the manager hub runs no standing Ray cluster, the
+    pinned jobs are eks's only)."""
     from generator import environments, queueing
     expected = bootstrap.expected_applications(REPO, env)
-    operators = {f"{env}-{name}" for name in ("kuberay-crds", "kuberay-operator", "training-operator")}
-    if queueing.enabled(environments.load(REPO, env)):  # Kueue, where the environment queues (generator/queueing.py)
-        operators.add(f"{env}-kueue")
-    dirs = {f"{env}-{d.name}" for d in (REPO / "apps" / env).iterdir() if d.is_dir() and d.name != "clusters"}
-    dirs |= {f"{env}-{d.name}" for d in (REPO / "apps" / env).glob(f"clusters/{env}/*")}
-    assert {name for name in expected if not name.startswith(f"{env}-west-b-")} == operators | dirs
-    if env == "eks":  # its second cluster: the same apps again under its own prefix (docs/argocd.md)
-        assert {name.replace("eks-west-b-", "eks-", 1) for name in expected if name.startswith("eks-west-b-")} \
-            == operators | dirs
+    loaded = environments.load(REPO, env)
+    operators = {"kuberay-crds", "kuberay-operator", "training-operator"}
+    if queueing.enabled(loaded):  # Kueue, where the environment queues (generator/queueing.py)
+        operators.add("kueue")
+    shared = {d.name for d in (REPO / "apps" / env).iterdir() if d.is_dir() and d.name != "clusters"}
+    want = set()
+    for member in environments.members(loaded):
+        own = {d.name for d in (REPO / "apps" / env).glob(f"clusters/{member.cluster}/*")} if member.cluster else set()
+        want |= {f"{member.app_prefix}-{name}" for name in operators | shared | own}
+    assert expected == want
+    if env == "eks":
+        assert "eks-ray-cluster" in expected and "eks-west-b-ray-cluster" in expected
+        assert "eks-hub-platform" in expected and "eks-hub-ray-cluster" not in expected
 
 
 def test_a_removed_app_directory_is_no_longer_expected(tmp_path):

@@ -1,4 +1,4 @@
-"""make fleet: every cluster of eks (two clusters) side by side from the kubernetes client, and the drift between
+"""make fleet: every cluster of eks (three clusters: eks, west-b, and hub, MultiKueue's manager) side by side from the kubernetes client, and the drift between
 them, each named with its cluster, object and fix: a Secret out of git missing on one cluster, an operator image or
 CRD version that differs, an app behind on another revision, a cluster that cannot be reached. Agreeing clusters are
 no drift, and the command's exit code says which case it is."""
@@ -14,7 +14,7 @@ from ops.targets import EXIT_NOT_HEALTHY, EXIT_UNREACHABLE, OpsError
 from ops.targets import fleet as fleet_targets
 from tests.support import REPO
 
-HOME, WEST = "eks-training", "eks-training-b"
+HOME, WEST, HUB = "eks-training", "eks-training-b", "eks-training-hub"
 REVISION = "3f1c0a9e2b7d4c6a8e0f1a2b3c4d5e6f7a8b9c0d"
 
 
@@ -100,20 +100,22 @@ class Clients:
 
 def all_apps(revision_west=REVISION):
     return ([application(a, "eks") for a in ("platform", "ray-cluster", "kueue")]
-            + [application(a, "west-b", revision_west) for a in ("platform", "ray-cluster", "kueue")])
+            + [application(a, "west-b", revision_west) for a in ("platform", "ray-cluster", "kueue")]
+            + [application(a, "hub") for a in ("platform", "kueue")])
 
 
 def status(home=None, west=None, apps=None) -> dict:
     targets = fleet_targets(REPO, "eks")
-    clients = Clients({HOME: home or Cluster(), WEST: west or Cluster()}, all_apps() if apps is None else apps)
+    clients = Clients({HOME: home or Cluster(), WEST: west or Cluster(), HUB: Cluster()},
+                      all_apps() if apps is None else apps)
     return fleet.fleet_status(clients, targets, REPO)
 
 
 def test_clusters_that_agree_have_no_drift():
     result = status(home=Cluster(gpus=2))
     assert result["drift"] == []
-    home, west = result["clusters"]
-    assert (home["cluster"], west["cluster"]) == ("eks", "west-b")
+    home, west, hub = result["clusters"]
+    assert (home["cluster"], west["cluster"], hub["cluster"]) == ("eks", "west-b", "hub")
     assert home["gpus"] == 2 and home["nodes"] == 2 and west["gpus"] == 0
     # from argocd/managed, per cluster: the operators, not this repository's own platform app
     assert set(home["pinned"]) == {"kuberay-crds", "kuberay-operator", "training-operator", "kueue"}
@@ -170,7 +172,7 @@ def test_an_unreachable_cluster_is_drift_and_exit_code_3(monkeypatch):
     assert result["clusters"][1]["apps"], "its Applications are still read from Argo CD"
     assert "unreachable" in fleet.render_table(result)
 
-    clients = Clients({HOME: Cluster(), WEST: Cluster(reachable=False)}, all_apps())
+    clients = Clients({HOME: Cluster(), WEST: Cluster(reachable=False), HUB: Cluster()}, all_apps())
     monkeypatch.setattr(cli, "Clients", lambda kubeconfig: clients)
     out = io.StringIO()
     with redirect_stdout(out):
@@ -179,8 +181,8 @@ def test_an_unreachable_cluster_is_drift_and_exit_code_3(monkeypatch):
 
 
 def test_drift_exits_1_and_an_unknown_environment_is_refused(monkeypatch, capsys):
-    clients = Clients({HOME: Cluster(), WEST: Cluster(secrets={"ray-training/hf-token": {"token": "eA=="}})},
-                      all_apps())
+    clients = Clients({HOME: Cluster(), WEST: Cluster(secrets={"ray-training/hf-token": {"token": "eA=="}}),
+                       HUB: Cluster()}, all_apps())
     monkeypatch.setattr(cli, "Clients", lambda kubeconfig: clients)
     assert cli.main(["fleet", "--env", "eks"]) == EXIT_NOT_HEALTHY
     assert "drift (1):" in capsys.readouterr().out

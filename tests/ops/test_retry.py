@@ -15,11 +15,11 @@ import yaml
 from ops import retry as retry_mod
 from ops.targets import OpsError, target
 from tests.ops.support import git
-from tests.support import REPO
+from tests.support import REPO, app_dir
 
 
 def _job_files(root: Path, env: str, job: str) -> dict[str, dict]:
-    return {p.name: yaml.safe_load(p.read_text()) for p in sorted((root / "apps" / env / f"job-{job}").glob("*.yaml"))}
+    return {p.name: yaml.safe_load(p.read_text()) for p in sorted(app_dir(root, env, f"job-{job}").glob("*.yaml"))}
 
 
 def _run_object(files: dict) -> dict:
@@ -38,7 +38,8 @@ def test_retry_is_one_commit_with_a_new_run_and_the_same_spec(git_repo, env, job
     assert git(git_repo, "log", "-1", "--format=%s").strip() == f"retry {env}/{job} (run 1): NCCL hang on rank 3"
     changed = git(git_repo, "show", "--name-only", "--format=", "HEAD").split()
     assert f"environments/{env}.yaml" in changed
-    assert all(f == f"environments/{env}.yaml" or f.startswith(f"apps/{env}/job-{job}/") for f in changed), changed
+    folder = str(app_dir(git_repo, env, f"job-{job}").relative_to(git_repo))
+    assert all(f == f"environments/{env}.yaml" or f.startswith(f"{folder}/") for f in changed), changed
     assert git(git_repo, "status", "--porcelain").strip() == ""
     # the file: only added lines (the counter, and the keys that hold it), every comment where it was
     diff = [l for l in difflib.ndiff(before_text.splitlines(), env_file.read_text().splitlines()) if l[:1] in "+-"]
@@ -60,6 +61,7 @@ def test_the_counter_goes_up_each_time_and_sits_under_the_job(git_repo):
             "run"] == expected
     lines = (git_repo / "environments/eks.yaml").read_text().splitlines()
     job_line = next(i for i, l in enumerate(lines) if l.strip() == "cifar10-torch:")
+    job_line += lines[job_line + 1].strip().startswith("pinnedTo:")  # its pin (environments/eks.yaml) first
     assert lines[job_line + 1].strip() == "job:" and lines[job_line + 2].strip() == "run: 3", lines[job_line:job_line + 3]
     subjects = git(git_repo, "log", "--format=%s", "-3").splitlines()
     assert subjects == [f"retry eks/cifar10-torch (run {n}): try {n}" for n in (3, 2, 1)]

@@ -165,3 +165,15 @@ def test_kueue_kinds_reach_kubeconform(crds, fake_kubeconform, fresh_module_crds
     assert {r.status for r in report.results} == {VALID}
     assert {"resourceflavor-kueue-v1beta2.json", "clusterqueue-kueue-v1beta2.json",
             "localqueue-kueue-v1beta2.json"} <= set(json.loads(fake_kubeconform.read_text())["schema_files"])
+
+
+def test_a_crd_pattern_with_go_inline_flags_is_read_as_the_api_server_reads_it():
+    """RE2 takes `(?i)` after the start (Kueue's AdmissionCheck parameters.kind: `^(?i)[a-z]...`); Python's re
+    refuses it there, so the in-process validator scopes it: case-insensitive, still anchored, still refusing."""
+    import re
+
+    from validation.schema_validation import python_pattern
+    pattern = python_pattern("^(?i)[a-z]([-a-z0-9]*[a-z0-9])?$")
+    assert pattern == "^(?i:[a-z]([-a-z0-9]*[a-z0-9])?$)"
+    assert re.search(pattern, "MultiKueueConfig") and not re.search(pattern, "9-config")
+    assert python_pattern("^[a-z]+$") == "^[a-z]+$" and python_pattern("(?i)^a$") == "(?i)^a$"
