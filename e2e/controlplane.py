@@ -148,14 +148,16 @@ class Cluster:
         ])
         wait_until(lambda: self.ready(), 120, 0.5, f"the {self.env} API server to be ready")
         common = ["--kubeconfig", self.kubeconfig, "--leader-elect=false", "--secure-port=0"]
-        # kwok's nodes are alive as long as kwok says so: the node lifecycle controller would mark every pod of a
-        # kwok cluster not Ready after its API server was down longer than the node grace period (the MultiKueue
-        # scenario stops a worker's), and no kubelet would ever report them Ready again. A real node keeps it.
-        controllers = "*" if self.real_node else "*,-node-lifecycle-controller"
+        # kwok's nodes are alive as long as kwok says so. With the default grace period (50 s) the node lifecycle
+        # controller marks every pod of a kwok cluster not Ready once its API server was down longer (the
+        # MultiKueue scenario stops a worker's), and no kwok kubelet reports them Ready again: the operators stay
+        # stopped. The controller itself stays (it lifts the not-ready taint from registering nodes); a real node
+        # keeps the default.
+        grace = [] if self.real_node else ["--node-monitor-grace-period=1h"]
         sup.start(f"{self.env}-kube-controller-manager", [
             bins["kube-controller-manager"], *common,
             f"--service-account-private-key-file={self.sa.key}", f"--root-ca-file={self.ca.pair.cert}",
-            "--use-service-account-credentials=false", f"--controllers={controllers}", f"--cluster-name={self.env}",
+            "--use-service-account-credentials=false", "--controllers=*", f"--cluster-name={self.env}", *grace,
             "--v=1",
         ])
         sup.start(f"{self.env}-kube-scheduler", [bins["kube-scheduler"], *common, "--v=1"])

@@ -152,8 +152,11 @@ def hold(run_dir: Path, name: str, timeout: float = 10) -> None:
     held = held_dir(run_dir)
     held.mkdir(parents=True, exist_ok=True)
     (held / name).write_text(str(time.time()))
-    pid = int((run_dir / "pids" / f"{name}.pid").read_text())
-    os.kill(pid, signal.SIGTERM)
+    try:
+        pid = int((run_dir / "pids" / f"{name}.pid").read_text())
+        os.kill(pid, signal.SIGTERM)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return  # not running now (between restarts): held, it will not start again
     deadline = time.monotonic() + timeout
     while _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -92,6 +92,12 @@ def compose(root: Path, env: Environment) -> list[App]:
         values = merge(cluster, entry.sub("cluster") if "cluster" in entry.data else Layer({}, {}))
         backend = entry.data.get("backend", "ray")
         dispatched = placement.dispatched(env, entry.data)
+        problem = placement.checkpoint_problem(job_name, values.data.get("checkpoints") or {}) if dispatched else None
+        if problem:  # located where the job's checkpoints were set (the environment's, its defaults' or its own)
+            where = values.locate(("checkpoints",)) or layer.locate(("jobs", job_name))
+            errors.append(RenderError(f"{problem[0]} ({problem[1]})", where,
+                                      ValueFault("checkpoints", problem[0], f" ({problem[1]})")))
+            continue
         queue = queueing.job_values(env, entry.data.get("chart", BACKEND_CHARTS.get(backend, "")), dispatched)
         if queue:  # queued: the LocalQueue's label, Kueue owns suspend, the Ray cluster goes with the quota
             values = merge(values, Layer(queue, {}))

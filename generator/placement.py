@@ -93,7 +93,6 @@ def plan(env: Environment, members: list[Environment]) -> None:
                                      "expected: the other clusters"))
         if not workers:
             errors.append(_error(env, (*where, "workers"), "no worker cluster", "expected: at least one"))
-        errors += _checkpoint_errors(env, manager)
     if errors:
         raise _errors(errors)
     by_key = {m.cluster: m for m in members}
@@ -173,35 +172,24 @@ def _pin_errors(env: Environment, keys: list[str]) -> list[RenderError]:
     return errors
 
 
-def _checkpoint_errors(env: Environment, manager: str) -> list[RenderError]:
-    """A dispatched job whose checkpoints are on one cluster's storage (a volume, or an object store Service inside
-    the cluster) would lose them when a retry lands on another worker."""
-    layer = env.raw
-    errors = []
-    cluster = layer.get("cluster") or {}
-    defaults = layer.get("jobDefaults") or {}
-    for name, job in sorted((layer.get("jobs") or {}).items()):
-        job = job or {}
-        if job.get("pinnedTo") or job.get("enabled", defaults.get("enabled", True)) is False:
-            continue
-        ck = {**(cluster.get("checkpoints") or {}), **((defaults.get("cluster") or {}).get("checkpoints") or {}),
-              **((job.get("cluster") or {}).get("checkpoints") or {})}
-        if not ck.get("enabled"):
-            continue
-        store = ck.get("store", "volume")
-        endpoint = str((ck.get("s3") or {}).get("endpoint") or "")
-        local = store == "volume" or ".svc" in endpoint
-        if local:
-            what = (f"the volume claim {ck.get('claimName')!r}" if store == "volume"
-                    else f"the object store {endpoint} (a Service inside each cluster)")
-            path = next((p for p in (("jobs", name, "cluster", "checkpoints"), ("jobDefaults", "cluster",
-                                                                                   "checkpoints"),
-                                     ("cluster", "checkpoints")) if layer.get(*p) is not None), ("jobs", name))
-            errors.append(_error(env, path, f"job {name!r} is placed by MultiKueue on any worker, and its "
-                                 f"checkpoints are on {what}, which only one cluster reaches",
-                                 "expected: checkpoints on an S3 store outside the clusters (store: s3, an "
-                                 f"endpoint every worker reaches), or jobs.{name}.pinnedTo: <a worker>"))
-    return errors
+def checkpoint_problem(job: str, checkpoints: dict) -> tuple[str, str] | None:
+    """(problem, hint) when a dispatched job's checkpoints (its composed cluster.checkpoints) are on storage only
+    one cluster reaches: a volume claim, or an object store Service inside the cluster; a retry placed on another
+    worker would not find them. None when they are off or on an S3 store outside the clusters."""
+    if not checkpoints.get("enabled"):
+        return None
+    store = checkpoints.get("store", "volume")
+    endpoint = str((checkpoints.get("s3") or {}).get("endpoint") or "")
+    if store == "volume":
+        what = f"the volume claim {checkpoints.get('claimName')!r}"
+    elif ".svc" in endpoint:
+        what = f"the object store {endpoint} (a Service inside each cluster)"
+    else:
+        return None
+    return (f"job {job!r} is placed by MultiKueue on any worker, and its checkpoints are on {what}, which only one "
+            "cluster reaches",
+            "expected: checkpoints on an S3 store outside the clusters (store: s3, an endpoint every worker "
+            f"reaches), or jobs.{job}.pinnedTo: <a worker>")
 
 
 def _error(env: Environment, path: tuple, problem: str, hint: str) -> RenderError:

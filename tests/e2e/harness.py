@@ -305,13 +305,33 @@ class Harness:
         names |= {d.name for d in own.iterdir() if d.is_dir()} if own.is_dir() else set()
         return sorted(names)
 
-    # --- a component stopped and brought back (e2e.procs hold / release) ---------------------------------------
-    def hold_process(self, name: str) -> None:
-        """Stop one of the e2e cluster's processes (e.g. <cluster>-kube-apiserver) and keep it down."""
-        procs.hold(Path(self.current["logs"]).parent, name)
+    # --- a cluster stopped and brought back (e2e.procs hold / release) -----------------------------------------
+    def cluster_processes(self, key: str) -> list[str]:
+        """The supervised processes of one cluster: its control plane, kwok, and its operators' processes (named
+        <cluster>-...; another cluster's key that extends this one is not this one's)."""
+        run_dir = Path(self.current["logs"]).parent
+        others = [k for k in self.current["clusters"] if k != key and k.startswith(f"{key}-")]
+        return sorted(p.stem for p in (run_dir / "pids").glob(f"{key}-*.pid")
+                      if not any(p.stem.startswith(f"{o}-") for o in others))
 
-    def release_process(self, name: str) -> None:
-        procs.release(Path(self.current["logs"]).parent, name)
+    def hold_cluster(self, key: str) -> list[str]:
+        """Stop a cluster and keep it down: its API server first, then everything of it that talks to it (its
+        controllers, kwok, its operators), as a cluster that went away. Returns what was held."""
+        run_dir, names = Path(self.current["logs"]).parent, self.cluster_processes(key)
+        apiserver = f"{key}-kube-apiserver"
+        for name in [apiserver] + [n for n in names if n != apiserver]:
+            procs.hold(run_dir, name)
+        return names
+
+    def release_cluster(self, key: str, names: list[str]) -> None:
+        """Bring a held cluster back: its API server first, and once it answers the rest, which then start against
+        a serving API server (as a kubelet would restart them: the e2e has no liveness probes to do it)."""
+        run_dir, apiserver = Path(self.current["logs"]).parent, f"{key}-kube-apiserver"
+        procs.release(run_dir, apiserver)
+        from kubernetes import client
+        wait_for(lambda: (_answers(client.VersionApi(self.api(key))), "not yet"), 120, 2, f"{key}'s API server back")
+        for name in names:
+            procs.release(run_dir, name)
 
     # --- day two, as `make bootstrap / status / logs / diagnose / retry / watch` run it ------------------------
     def ops_command(self, *args: str) -> tuple[list[str], dict]:
@@ -397,3 +417,11 @@ class BootstrapWatch:
                                                     appset["metadata"]["creationTimestamp"])
             except Exception:  # noqa: BLE001 - a failed poll is retried; the assertions say what is missing
                 continue
+
+
+def _answers(version_api) -> bool:
+    try:
+        version_api.get_code(_request_timeout=3)
+        return True
+    except Exception:  # noqa: BLE001 - not answering yet, whatever the reason
+        return False

@@ -7,8 +7,9 @@ and west-b run them; docs/multikueue.md), on the e2e's three eks control planes 
 2. eks's GPUs filled by a long job pinned there; a second job, pushed without a pin, lands on west-b: its Workload on
    hub names west-b, the RayJob copy runs there (and not on eks), hub's RayJob shows the worker's status, its app
    ends Synced and Healthy, and the worker's copy is cleaned up once it finished.
-3. west-b's API server stopped: a third job waits (eks is full, west-b gone), and is placed on eks when the long job
-   ends. Pruned from git while it runs there, its remote copy goes. west-b's API server back: hub reaches it again.
+3. west-b stopped (its API server, then its controllers, kwok and operators): a third job waits (eks is full, west-b
+   gone), and is placed on eks when the long job ends. Pruned from git while it runs there, its remote copy goes.
+   west-b back (its API server first, then the rest): hub reaches it again and every app is Synced and Healthy.
 
 Prints the time from the push of a job to its RayJob running on a worker.
 """
@@ -195,8 +196,7 @@ def test_hub_shows_the_workers_status_its_app_ends_healthy_and_the_copy_is_clean
 
 
 def test_a_waiting_job_goes_to_the_worker_that_is_up_and_a_pruned_job_leaves_it(e2e, placed):
-    apiserver = f"{WEST}-kube-apiserver"
-    e2e.hold_process(apiserver)
+    held = e2e.hold_cluster(WEST)  # its API server, and what of it talks to it (controllers, kwok, operators)
     try:
         wait_for(lambda: (not _clusters_active(e2e)[0], _clusters_active(e2e)[1]), 180, 5,
                  "hub to see west-b unreachable")
@@ -226,7 +226,7 @@ def test_a_waiting_job_goes_to_the_worker_that_is_up_and_a_pruned_job_leaves_it(
         wait_for(lambda: (_run(e2e, ENV, WAITING) is None, "eks still has the copy"), 240, 5,
                  "the pruned job's copy to leave eks")
     finally:
-        e2e.release_process(apiserver)
+        e2e.release_cluster(WEST, held)
     # Kueue reconnects with a backoff doubling from 5 s (at most 320 s: multikueuecluster.go retryAfter)
     wait_for(lambda: _clusters_active(e2e), 480, 5, "hub to reach west-b again")
     _push_jobs(e2e, {FILL: None, PLACED: None}, "e2e: remove the MultiKueue scenario's jobs")

@@ -332,6 +332,26 @@ def test_supervisor_restarts_what_exits_and_down_stops_what_is_left(tmp_path):
     assert orphan.wait(5) is not None and not (tmp_path / "pids" / "orphan.pid").exists()
 
 
+def test_a_held_process_stays_down_until_released(tmp_path):
+    """e2e.procs hold / release: a scenario stops a component (a worker cluster's API server) and keeps it down;
+    the supervisor restarts it once released, not before."""
+    sup = procs.Supervisor(tmp_path)
+    proc = sup.start("server", [sys.executable, "-c", "import time; time.sleep(60)"])
+    first = proc.popen.pid
+    procs.hold(tmp_path, "server")
+    assert not proc.alive()
+    for _ in range(10):
+        sup.check()
+        time.sleep(0.1)
+    assert not proc.alive() and proc.popen.pid == first, "a held process is not restarted"
+    procs.release(tmp_path, "server")
+    procs.wait_until(lambda: (sup.check(), proc.alive())[1], 10, 0.1, "the released process to start")
+    assert proc.popen.pid != first
+    procs.hold(tmp_path, "not-running")  # nothing to stop: held all the same
+    assert (procs.held_dir(tmp_path) / "not-running").exists()
+    sup.stop_all()
+
+
 def test_free_ports_are_free():
     port = procs.free_port()
     assert 1024 < port < 65536 and not procs.port_open(port)
