@@ -118,7 +118,7 @@ class Supervisor:
                 if proc.stopped or proc.alive() or not proc.restart:
                     continue
                 if (self.held_dir / proc.name).exists():
-                    if not proc.next_start == -1.0:
+                    if proc.next_start != -1.0:
                         notes.append(f"{proc.name} exited and is held down ({self.held_dir / proc.name})")
                     proc.next_start = -1.0
                     continue

@@ -15,7 +15,8 @@ Without `queueing.multiKueue`, every job runs on every cluster of the environmen
             ClusterRole on exactly what MultiKueue does there, whose token is in the manager's kubeconfig Secret.
 
 A dispatched job can land on any worker, so its checkpoints must be where every worker reaches them (an S3 store
-outside the clusters), or it is pinned to one cluster: a render error otherwise, located at the job.
+outside the clusters), or it is pinned to one cluster: a render error otherwise (checkpoint_problem, which
+apps.compose asks of each dispatched job's composed values and locates where its checkpoints were set).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from .errors import RenderError, ValueFault
+from .errors import RenderError, RenderErrors, ValueFault, dotted
 
 if TYPE_CHECKING:
     from .environments import Environment
@@ -40,7 +41,6 @@ MANAGER, WORKER = "manager", "worker"
 class Placement:
     """A cluster's part in its environment's placement."""
     role: str | None = None                  # MANAGER, WORKER, or None (no MultiKueue)
-    manager: str | None = None
     workers: tuple[str, ...] = ()
     secret_prefix: str = DEFAULT_SECRET_PREFIX
     quota: dict = field(default_factory=dict)  # the manager's: {flavor: {resource: summed quantity}}
@@ -64,14 +64,14 @@ def settings(doc: dict) -> dict | None:
 
 def plan(env: Environment, members: list[Environment]) -> None:
     """Give each member of `env` its Placement (member.placement), after checking the choice: raises a located
-    RenderError for a manager or worker that is not one of the clusters, a manager that is also a worker, a pin to
-    an unknown cluster (or to the manager), and a dispatched job whose checkpoints only one cluster reaches."""
+    RenderError for a manager or worker that is not one of the clusters, a manager that is also a worker, and a pin
+    to an unknown cluster (or to the manager)."""
     keys = [m.cluster for m in members if m.cluster is not None]
-    errors = _pin_errors(env, keys)
     mk = settings(env.raw.data) if env.raw is not None else None
+    errors = _pin_errors(env, keys, mk)
     if mk is None:
         if errors:
-            raise _errors(errors)
+            raise RenderErrors(errors)
         return
     where = ("queueing", "multiKueue")
     manager = mk["manager"]
@@ -94,13 +94,13 @@ def plan(env: Environment, members: list[Environment]) -> None:
         if not workers:
             errors.append(_error(env, (*where, "workers"), "no worker cluster", "expected: at least one"))
     if errors:
-        raise _errors(errors)
+        raise RenderErrors(errors)
     by_key = {m.cluster: m for m in members}
     prefix = mk.get("kubeconfigSecretPrefix") or DEFAULT_SECRET_PREFIX
     quota = summed_quota([by_key[w] for w in workers])
     for m in members:
         role = MANAGER if m.cluster == manager else WORKER if m.cluster in workers else None
-        m.placement = Placement(role, manager, tuple(workers), prefix, quota if role == MANAGER else {})
+        m.placement = Placement(role, tuple(workers), prefix, quota if role == MANAGER else {})
 
 
 def job_runs_on(env: Environment, entry: dict) -> bool:
@@ -152,10 +152,9 @@ def _plain(n: Decimal) -> str:
     return str(n.quantize(Decimal(1))) if n == n.to_integral_value() else format(n.normalize(), "f")
 
 
-def _pin_errors(env: Environment, keys: list[str]) -> list[RenderError]:
+def _pin_errors(env: Environment, keys: list[str], mk: dict | None) -> list[RenderError]:
     errors = []
     layer = env.raw if env.raw is not None else env.layer
-    mk = settings(layer.data)
     for name, job in sorted((layer.get("jobs") or {}).items()):
         pinned = (job or {}).get("pinnedTo")
         if pinned is None:
@@ -193,13 +192,8 @@ def checkpoint_problem(job: str, checkpoints: dict) -> tuple[str, str] | None:
 
 
 def _error(env: Environment, path: tuple, problem: str, hint: str) -> RenderError:
-    from .errors import dotted
     layer = env.raw if env.raw is not None else env.layer
     location = layer.locate(path)
     return RenderError(f"{problem} ({hint})" if location else f"{dotted(path)}: {problem} ({hint})", location,
                        ValueFault(dotted(path), problem, f" ({hint})"))
 
-
-def _errors(errors: list[RenderError]) -> RenderError:
-    from .errors import RenderErrors
-    return errors[0] if len(errors) == 1 else RenderErrors(errors)

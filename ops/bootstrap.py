@@ -309,9 +309,10 @@ def bootstrap(clients: Clients, target: Target, root: Path, timeout: float = 900
         print(f"checkpoint storage: {problem}", file=out)
     print(apply_root(target, root), file=out)
     started = time.monotonic()
-    placed = multikueue.links(targets.fleet(root, target.env, target.kubeconfig))
-    if placed:  # the manager's Secrets to reach its workers: the workers' accounts exist once Argo CD synced them
-        multikueue.ensure_all(clients, placed, timeout, out)
+    if target.placement is not None and target.placement.dispatches:
+        # the manager's Secrets to reach its workers: the workers' accounts exist once Argo CD synced them
+        multikueue.ensure_all(clients, multikueue.links(targets.fleet(root, target.env, target.kubeconfig)),
+                              timeout, out)
     wait_settled(clients, target, max(60.0, timeout - (time.monotonic() - started)), out,
                  expected=expected_applications(root, target.env))
     standing = [c for c in status_mod.ray_clusters(clients, target) if c["owner"] is None]

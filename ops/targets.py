@@ -42,7 +42,6 @@ class Target:
         own = sorted(apps.glob(f"clusters/{self.cluster}/*/{pattern}")) if self.cluster else []
         return sorted(apps.glob(f"*/{pattern}")) + own
 
-
     def app_folder(self, root: Path, app: str) -> str:
         """The repository path (with a trailing /) an app of this target is rendered in: its cluster's own
         apps/<env>/clusters/<cluster>/<app>/ when there is one, else the shared apps/<env>/<app>/."""

@@ -238,7 +238,7 @@ class Harness:
         for key, cluster in self.current["clusters"].items():
             if cluster.get("environment", key) != env:
                 continue
-            own = self.work / "apps" / env / "clusters" / key.removeprefix(f"{env}-")
+            own = self.own_dir(key)
             folders = [d for d in (self.work / "apps" / env).iterdir() if d.is_dir() and d.name != "clusters"]
             folders += [d for d in own.iterdir() if d.is_dir()] if own.is_dir() else []
             apps |= {f"{key}-{name}" for name in operator_apps(env)}
@@ -285,12 +285,17 @@ class Harness:
         """The platform app as rendered for one cluster (its own folder on an environment of several clusters)."""
         return self.rendered(key, "platform")
 
-    def app_dir(self, key: str, app: str) -> Path:
-        """Where an app is rendered for one cluster (an environment's key is its first cluster): the cluster's own
-        folder (apps/<env>/clusters/<cluster>/<app>) where there is one, else the shared apps/<env>/<app>."""
+    def own_dir(self, key: str) -> Path:
+        """A cluster's own folder, apps/<env>/clusters/<cluster> (an environment's key is its first cluster, keyed
+        like the environment; another cluster's key is <env>-<cluster>)."""
         env = self.current["clusters"][key].get("environment", key)
-        own = self.work / "apps" / env / "clusters" / (key.removeprefix(f"{env}-") if key != env else env) / app
-        return own if own.is_dir() else self.work / "apps" / env / app
+        return self.work / "apps" / env / "clusters" / key.removeprefix(f"{env}-")
+
+    def app_dir(self, key: str, app: str) -> Path:
+        """Where an app is rendered for one cluster: the cluster's own folder (apps/<env>/clusters/<cluster>/<app>)
+        where there is one, else the shared apps/<env>/<app>."""
+        own = self.own_dir(key) / app
+        return own if own.is_dir() else self.work / "apps" / self.current["clusters"][key].get("environment", key) / app
 
     def rendered(self, key: str, app: str) -> list[dict]:
         """An app as rendered for one cluster (app_dir)."""
@@ -299,8 +304,7 @@ class Harness:
     def app_names(self, key: str) -> list[str]:
         """The apps rendered for one cluster (an environment's key is its first cluster): the shared folders of
         apps/<env>/ and the cluster's own under apps/<env>/clusters/<cluster>/."""
-        env = self.current["clusters"][key].get("environment", key)
-        own = self.work / "apps" / env / "clusters" / (key.removeprefix(f"{env}-") if key != env else env)
+        env, own = self.current["clusters"][key].get("environment", key), self.own_dir(key)
         names = {d.name for d in (self.work / "apps" / env).iterdir() if d.is_dir() and d.name != "clusters"}
         names |= {d.name for d in own.iterdir() if d.is_dir()} if own.is_dir() else set()
         return sorted(names)
@@ -314,23 +318,22 @@ class Harness:
         return sorted(p.stem for p in (run_dir / "pids").glob(f"{key}-*.pid")
                       if not any(p.stem.startswith(f"{o}-") for o in others))
 
-    def hold_cluster(self, key: str) -> list[str]:
+    def hold_cluster(self, key: str) -> None:
         """Stop a cluster and keep it down: its API server first, then everything of it that talks to it (its
-        controllers, kwok, its operators), as a cluster that went away. Returns what was held."""
-        run_dir, names = Path(self.current["logs"]).parent, self.cluster_processes(key)
-        apiserver = f"{key}-kube-apiserver"
-        for name in [apiserver] + [n for n in names if n != apiserver]:
+        controllers, kwok, its operators), as a cluster that went away."""
+        run_dir, apiserver = Path(self.current["logs"]).parent, f"{key}-kube-apiserver"
+        for name in [apiserver] + [n for n in self.cluster_processes(key) if n != apiserver]:
             procs.hold(run_dir, name)
-        return names
 
-    def release_cluster(self, key: str, names: list[str]) -> None:
+    def release_cluster(self, key: str) -> None:
         """Bring a held cluster back: its API server first, and once it answers the rest, which then start against
         a serving API server (as a kubelet would restart them: the e2e has no liveness probes to do it)."""
         run_dir, apiserver = Path(self.current["logs"]).parent, f"{key}-kube-apiserver"
         procs.release(run_dir, apiserver)
         from kubernetes import client
-        wait_for(lambda: (_answers(client.VersionApi(self.api(key))), "not yet"), 120, 2, f"{key}'s API server back")
-        for name in names:
+        wait_for(lambda: (bool(client.VersionApi(self.api(key)).get_code(_request_timeout=3)), "not yet"), 120, 2,
+                 f"{key}'s API server back")
+        for name in self.cluster_processes(key):
             procs.release(run_dir, name)
 
     # --- day two, as `make bootstrap / status / logs / diagnose / retry / watch` run it ------------------------
@@ -418,10 +421,3 @@ class BootstrapWatch:
             except Exception:  # noqa: BLE001 - a failed poll is retried; the assertions say what is missing
                 continue
 
-
-def _answers(version_api) -> bool:
-    try:
-        version_api.get_code(_request_timeout=3)
-        return True
-    except Exception:  # noqa: BLE001 - not answering yet, whatever the reason
-        return False

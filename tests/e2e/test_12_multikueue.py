@@ -196,7 +196,7 @@ def test_hub_shows_the_workers_status_its_app_ends_healthy_and_the_copy_is_clean
 
 
 def test_a_waiting_job_goes_to_the_worker_that_is_up_and_a_pruned_job_leaves_it(e2e, placed):
-    held = e2e.hold_cluster(WEST)  # its API server, and what of it talks to it (controllers, kwok, operators)
+    e2e.hold_cluster(WEST)  # its API server, and what of it talks to it (controllers, kwok, operators)
     try:
         wait_for(lambda: (not _clusters_active(e2e)[0], _clusters_active(e2e)[1]), 180, 5,
                  "hub to see west-b unreachable")
@@ -226,7 +226,7 @@ def test_a_waiting_job_goes_to_the_worker_that_is_up_and_a_pruned_job_leaves_it(
         wait_for(lambda: (_run(e2e, ENV, WAITING) is None, "eks still has the copy"), 240, 5,
                  "the pruned job's copy to leave eks")
     finally:
-        e2e.release_cluster(WEST, held)
+        e2e.release_cluster(WEST)
     # Kueue reconnects with a backoff doubling from 5 s (at most 320 s: multikueuecluster.go retryAfter)
     wait_for(lambda: _clusters_active(e2e), 480, 5, "hub to reach west-b again")
     _push_jobs(e2e, {FILL: None, PLACED: None}, "e2e: remove the MultiKueue scenario's jobs")
