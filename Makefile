@@ -92,7 +92,7 @@ down: e2e-down ## stop what make up started (every process, the node's container
 e2e-down: ## stop the e2e cluster (idempotent; nothing left running)
 	@if [ -x $(PY) ]; then $(PY) -m e2e down; fi
 
-e2e: setup setup-e2e image ## the e2e scenarios on a fresh e2e cluster, torn down after (E2E_KEEP=1 keeps it; ARGS=-k ...)
+e2e: setup-base setup-e2e image ## the e2e scenarios on a fresh e2e cluster, torn down after (E2E_KEEP=1 keeps it; ARGS=-k ...)
 	@$(PY) -m e2e run -- $(ARGS)
 
 # Day two (python -m ops): against the clusters the environments name (target.context; KUBECONFIG as kubectl reads it).

@@ -93,3 +93,28 @@ def write(image: Image, target: Path) -> Path:
             info.size, info.mtime = len(data), 0
             tar.addfile(info, io.BytesIO(data))
     return target
+
+
+def layer_digests(archive: Path) -> list[str]:
+    """The digests of the layers every manifest of an OCI archive names (following nested indexes), in order, once
+    each: what a node's content store holds beside the snapshots it unpacked them into."""
+    with tarfile.open(archive) as tar:
+        def blob(digest: str) -> dict:
+            member = tar.extractfile(f"blobs/{digest.replace(':', '/', 1)}")
+            if member is None:
+                raise ValueError(f"{archive}: no blob {digest}")
+            return json.load(member)
+
+        index_file = tar.extractfile("index.json")
+        if index_file is None:
+            raise ValueError(f"{archive}: no index.json (not an OCI archive)")
+        pending, layers = list(json.load(index_file).get("manifests", [])), []
+        while pending:
+            descriptor = pending.pop(0)
+            document = blob(descriptor["digest"])
+            if "manifests" in document:  # an image index
+                pending.extend(document["manifests"])
+            for layer in document.get("layers", []):
+                if layer["digest"] not in layers:
+                    layers.append(layer["digest"])
+        return layers

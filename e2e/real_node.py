@@ -182,6 +182,21 @@ state = "{self.socket_dir / 'state'}"
         if proc.returncode != 0:
             raise RuntimeError(f"ctr images import {archive} failed: {proc.stderr.strip()}")
 
+    def discard_unpacked_layers(self, archive: Path) -> int:
+        """Delete from containerd's content store the layers of an imported archive, now that they are unpacked into
+        snapshots (what the CRI does for the images it pulls with `discard_unpacked_layers`; containerd 1.6's `ctr
+        images import` has no such flag). The training image's layers would otherwise sit on the disk twice, as
+        compressed blobs beside the unpacked files. The image's manifest and config stay; its containers run from the
+        snapshots. Returns how many blobs were removed."""
+        from .oci import layer_digests
+        digests = layer_digests(archive)
+        if not digests:
+            return 0
+        proc = self.ctr("content", "rm", *digests)
+        if proc.returncode != 0:
+            raise RuntimeError(f"ctr content rm (the unpacked layers of {archive.name}) failed: {proc.stderr.strip()}")
+        return len(digests)
+
     def tag_image(self, source: str, target: str) -> None:
         """Name an imported image under another reference (a rebuilt image loaded under a new tag)."""
         tag_image(self.containerd_socket, source, target)

@@ -194,12 +194,16 @@ class Run:
         archives = node_images.base_archives(images_dir, bins)
         reference = _training_image(self.source, env)
         from images import archive
-        archives.append(archive.write(reference))
+        training_archive = archive.write(reference)
+        archives.append(training_archive)
         for path in archives:
             load = time.monotonic()
             node.import_image(path)
             self.log(f"node {node.name}: imported {path.name} in {time.monotonic() - load:.1f} s")
         state.write(self.run_dir, image_import_seconds=round(time.monotonic() - load, 1))
+        # the training image's layers, unpacked, are not needed a second time as blobs (several GiB of disk)
+        dropped = node.discard_unpacked_layers(training_archive)
+        self.log(f"node {node.name}: dropped the {dropped} unpacked layer blobs of {training_archive.name}")
         node.start_kubelet(self.sup, bins, cluster.ca, cluster.node_kubeconfig)
         node.start_kube_proxy(self.sup, bins, cluster.proxy_kubeconfig)
         node.wait_ready(cluster.kubeconfig, cluster.context)

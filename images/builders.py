@@ -9,6 +9,7 @@ inputs did not change is not built again (a changed input rebuilds the steps aft
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import sys
@@ -116,42 +117,60 @@ def build(request: Request, out=sys.stderr) -> Built:
     v = versions.pinned()
     wheels = wheelhouse.ensure(request.cache, out)
     base = debian_base.ensure(buildah, wheels, request.cache, out)
-    _warn_if_disk_is_short(request.cache, out)
-    print(f"[image] building {request.reference} with buildah on {base}", file=out, flush=True)
+    _warn_if_disk_is_short(request.cache, buildah.tmp, out)
+    print(f"[image] building {request.reference} with buildah on {base} (its temporary files in {buildah.tmp})",
+          file=out, flush=True)
     # --layers: each step's result is cached as Docker's builder caches it, so a change to the package's code (or
     # README.md, which pyproject.toml names) rebuilds only the steps after its COPY, not the pip install before it
-    before = buildah.containers()
-    try:
-        buildah.stream("bud", "--layers", "--file", str(DOCKERFILE), "--ignorefile", str(IGNOREFILE),
-                       "--build-arg", f"VARIANT={request.variant}", "--build-arg", f"RAY_VERSION={v.ray}",
-                       "--build-arg", f"PYTHON_TAG={v.python_tag}",
-                       "--build-arg", f"RAY_IMAGE={debian_base.REPOSITORY}",
-                       "--build-arg", "WHEELHOUSE=/wheels", "--volume", f"{wheels}:/wheels:ro",
-                       "--pull=never", "--tag", request.reference, str(ROOT))
-    finally:
-        buildah.remove_containers_since(before)
+    common = ["--layers", "--file", str(DOCKERFILE), "--ignorefile", str(IGNOREFILE),
+              "--build-arg", f"VARIANT={request.variant}", "--build-arg", f"RAY_VERSION={v.ray}",
+              "--build-arg", f"PYTHON_TAG={v.python_tag}", "--build-arg", f"RAY_IMAGE={debian_base.REPOSITORY}",
+              "--build-arg", "WHEELHOUSE=/wheels", "--volume", f"{wheels}:/wheels:ro", "--pull=never"]
+    # One bud per install stage, then the image: buildah 1.28 removes a bud's working containers (each step's files
+    # beside its committed layer) only when the bud ends, so one bud of every step held them all at once
+    for stage in deps_stages():
+        print(f"[image] stage {stage} (buildah bud --target {stage})", file=out, flush=True)
+        _bud(buildah, *common, "--target", stage, str(ROOT))
+    _bud(buildah, *common, "--tag", request.reference, str(ROOT))
     # (a --label would be part of every step's cache key in buildah 1.28, and no step would ever be reused)
     size = buildah.size(request.reference)
     record.save(request.cache, request.reference, buildah.inspect(request.reference)["FromImageID"], wanted, size)
     return Built(request.reference, builder, size, time.monotonic() - start, True)
 
 
-# Measured on this machine (a cold `make image`, 2026-11-25): buildah holds a layer four times while it commits it
-# (its working container's copy, the two copies it streams through its temporary directory, containers/podman#22342,
-# and the committed layer), and its working container holds every step's changes since FROM. With the training stack
-# in one 7.6 GiB layer, the peak was 34 GiB of build (CI ran out of disk there twice); split in three (CUDA libraries
-# 2.7, torch 1.9, the rest 3.1 GiB: training/Dockerfile) it is 23 GiB at the last one's commit, beside the 3.8 GiB
-# wheelhouse it is installed from.
-PEAK_GIB = 27
+# Measured on this machine (a cold `make image`, its storage and temporary files sampled every 10 s): buildah keeps
+# every step's working container until its bud ends, and holds a layer about four times while it commits it (its
+# working container's copy, two temporary files, containers/podman#22342, and the stored layer). The whole training
+# stack in one bud peaked at 23 GiB of build (CI machines with less ran out of disk there). One bud per install stage
+# (training/Dockerfile's deps-* stages: 2.7, 1.9, 2.0 and 1.1 GiB on a 0.5 GiB base) peaked at 12.3 GiB with the
+# temporary files on the disk, TensorFlow's stage committing on top of the 5.1 GiB before it. With them in memory
+# (images.buildah.temporary_dir), a layer is held about twice on the disk: about 10 GiB. Beside it: the 3.8 GiB
+# wheelhouse the stack is installed from.
+PEAK_GIB = {"disk": 13, "memory": 10}
 
 
-def _warn_if_disk_is_short(cache: Path, out) -> None:
+def _warn_if_disk_is_short(cache: Path, tmp: Path, out) -> None:
+    peak = PEAK_GIB["disk" if tmp.is_relative_to(cache) else "memory"]
     free = shutil.disk_usage(cache).free / 2**30
-    if free < PEAK_GIB:
-        print(f"[image] warning: {free:.0f} GiB free on the disk of {cache}; a cold build needs about {PEAK_GIB} GiB "
-              "at its peak (the training stack's layer is written four times while it is committed); if it fails "
+    if free < peak:
+        print(f"[image] warning: {free:.0f} GiB free on the disk of {cache}; a cold build needs about {peak} GiB "
+              "at its peak (a layer is written several times while it is committed); if it fails "
               "with 'read/write on closed pipe' or 'no space left on device', free space there", file=out,
               flush=True)
+
+
+def deps_stages(dockerfile: Path = DOCKERFILE) -> list[str]:
+    """The Dockerfile's install stages (`FROM ... AS deps-...`), in file order: each builds on the one before."""
+    return re.findall(r"^FROM\s+\S+\s+AS\s+(deps-[\w-]+)\s*$", dockerfile.read_text(), re.M | re.I)
+
+
+def _bud(buildah: Buildah, *args: str) -> None:
+    """One `buildah bud`, its working containers removed when it ends (whether or not it succeeded)."""
+    before = buildah.containers()
+    try:
+        buildah.stream("bud", *args)
+    finally:
+        buildah.remove_containers_since(before)
 
 
 def _run(cmd: list[str], what: str) -> None:

@@ -5,6 +5,8 @@
 #   scripts/setup.sh all     # everything: tests, validation, training (torch, ray, tensorflow, xgboost)
 #   scripts/setup.sh scan    # base + checkov (make scan) in its own virtualenv, .tools/checkov
 #   scripts/setup.sh image   # buildah and mmdebstrap (make image without a Docker engine)
+#   scripts/setup.sh drop-train  # uninstall the training stack's heavy packages from .venv (torch and its CUDA
+#                                # libraries, TensorFlow, XGBoost: 6-7 GiB); `all` installs them again
 #
 # Each stage writes a stamp file holding a hash of pyproject.toml, so a second run does nothing
 # unless the pins changed. helm: a helm >= 3.14 on PATH is used as it is; otherwise helm 4.1.4 is
@@ -145,6 +147,23 @@ ensure_checkov() {
   say "  done in $((SECONDS - start)) s"
 }
 
+# The heavy part of `all`: what only the training tests and `make train` import. CI drops it once `make test` is done,
+# so the image build and the e2e (which import none of it: tests/harness/test_e2e_needs_no_training_stack.py) have the
+# disk. Distribution names, as pip lists them.
+TRAINING_STACK_RE='^(torch|triton|tensorflow|tf[-_]keras|keras|xgboost|nvidia-.*)$'
+
+drop_train() {
+  [ -x "$py" ] || return 0
+  local names
+  names=$("$py" -m pip list --format=freeze 2>/dev/null | cut -d= -f1 | grep -Ei "$TRAINING_STACK_RE" || true)
+  rm -f "$venv/.setup-all"
+  [ -n "$names" ] || { say "the training stack is not in $venv"; return 0; }
+  local before; before=$(du -sm "$venv" | cut -f1)
+  # shellcheck disable=SC2086
+  pip_ uninstall --quiet --yes $names
+  say "dropped the training stack from $venv ($(echo $names | wc -w) packages, $((before - $(du -sm "$venv" | cut -f1))) MiB); make setup installs it again"
+}
+
 case "$profile" in
   base) ensure_venv; install_extras base ".[dev]"; ensure_helm ;;
   all)  ensure_venv; install_extras base ".[dev]"; install_extras all ".[dev,train]"; ensure_helm ;;
@@ -152,5 +171,6 @@ case "$profile" in
   e2e)  ensure_venv; install_extras base ".[dev]"; ensure_helm; ensure_e2e_system; ensure_checkov ;;
   scan) ensure_venv; install_extras base ".[dev]"; ensure_checkov ;;
   image) ensure_image_tools ;;
-  *) say "usage: scripts/setup.sh [base|all|helm|e2e|scan|image]"; exit 2 ;;
+  drop-train) drop_train ;;
+  *) say "usage: scripts/setup.sh [base|all|helm|e2e|scan|image|drop-train]"; exit 2 ;;
 esac

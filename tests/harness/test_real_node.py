@@ -2,9 +2,14 @@
 containerd stores them, and which environments have a real node (e2e/nodes.yaml)."""
 from __future__ import annotations
 
+import hashlib
+import io
 import json
+import subprocess
 import tarfile
 from pathlib import Path
+
+import pytest
 
 from e2e import node_images, nodes, oci
 from e2e.real_node import RealNode
@@ -79,3 +84,51 @@ def test_nothing_the_repo_server_mounts_can_hide_a_clone_under_tmp():
     for clone in ("/tmp/ray-gitops", "/var/tmp/x/ray-gitops", "/home/u/src/ray-gitops"):
         hidden = [m for m in REPO_SERVER_MOUNTS if clone == m or clone.startswith(m.rstrip("/") + "/")]
         assert not hidden, (clone, hidden)
+
+
+def _nested_archive(tmp_path: Path) -> tuple[Path, list[str]]:
+    """An OCI archive whose index points at an image index of two manifests sharing a layer (as a multi-platform
+    push writes it)."""
+    def add(tar, data: bytes) -> str:
+        digest = hashlib.sha256(data).hexdigest()
+        info = tarfile.TarInfo(f"blobs/sha256/{digest}")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        return f"sha256:{digest}"
+
+    path = tmp_path / "nested.oci.tar"
+    with tarfile.open(path, "w") as tar:
+        shared, own = add(tar, b"layer shared"), add(tar, b"layer own")
+        manifests = [add(tar, json.dumps({"layers": [{"digest": d} for d in layers]}).encode())
+                     for layers in ((shared,), (shared, own))]
+        index = add(tar, json.dumps({"manifests": [{"digest": m} for m in manifests]}).encode())
+        data = json.dumps({"manifests": [{"digest": index}]}).encode()
+        info = tarfile.TarInfo("index.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return path, [shared, own]
+
+
+def test_layer_digests_follow_nested_indexes_once_each(tmp_path):
+    path, expected = _nested_archive(tmp_path)
+    assert oci.layer_digests(path) == expected
+    binary = tmp_path / "tool"
+    binary.write_bytes(b"\x7fELF fake")
+    single = oci.write(oci.Image("example/tool:1", (oci.File("/tool", binary),)), tmp_path / "single.tar")
+    assert len(oci.layer_digests(single)) == 1
+
+
+def test_the_node_drops_an_imported_archives_layers_and_says_when_it_cannot(tmp_path, monkeypatch):
+    path, expected = _nested_archive(tmp_path)
+    node = RealNode("minikube", 0, tmp_path, "10.96.0.0/16")
+    calls = []
+
+    def ctr(*args):
+        calls.append(args)
+        return subprocess.CompletedProcess(args, 0 if len(calls) == 1 else 1, "", "content digest not found")
+
+    monkeypatch.setattr(node, "ctr", ctr)
+    assert node.discard_unpacked_layers(path) == 2
+    assert calls == [("content", "rm", *expected)]
+    with pytest.raises(RuntimeError, match="ctr content rm .*nested.oci.tar.* failed: content digest not found"):
+        node.discard_unpacked_layers(path)
