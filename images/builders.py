@@ -20,7 +20,7 @@ from pathlib import Path
 from generator import versions
 
 from . import context, debian_base, record, wheelhouse
-from .buildah import Buildah
+from .buildah import MEMORY_TMP, Buildah
 from .errors import ImageError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +150,7 @@ PEAK_GIB = {"disk": 13, "memory": 10}
 
 
 def _warn_if_disk_is_short(cache: Path, tmp: Path, out) -> None:
-    peak = PEAK_GIB["disk" if tmp.is_relative_to(cache) else "memory"]
+    peak = PEAK_GIB["memory" if tmp.is_relative_to(MEMORY_TMP) else "disk"]
     free = shutil.disk_usage(cache).free / 2**30
     if free < peak:
         print(f"[image] warning: {free:.0f} GiB free on the disk of {cache}; a cold build needs about {peak} GiB "

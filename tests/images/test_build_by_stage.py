@@ -67,35 +67,24 @@ class FakeBuildah:
             raise ImageError("buildah bud failed (exit 1); its output is above")
 
 
-def test_one_bud_per_stage_in_order_and_only_the_last_is_tagged(monkeypatch):
-    fake = FakeBuildah()
+@pytest.fixture
+def fake(monkeypatch):
+    recorder = FakeBuildah()
     for name in ("containers", "remove_containers_since", "stream"):
-        monkeypatch.setattr(Buildah, name, lambda self, *a, _n=name: getattr(fake, _n)(*a))
-    common = ["--layers", "--file", "Dockerfile"]
-    for stage in builders.deps_stages():
-        builders._bud(Buildah(REPO / ".cache" / "unused"), *common, "--target", stage, ".")
-    builders._bud(Buildah(REPO / ".cache" / "unused"), *common, "--tag", "x:1", ".")
-    targets = [b[b.index("--target") + 1] if "--target" in b else None for b in fake.buds]
-    assert targets == [*builders.deps_stages(), None]
-    assert ["--tag" in b for b in fake.buds] == [False] * len(builders.deps_stages()) + [True]
-    assert fake.live == {"older"} and len(fake.removed) == len(fake.buds)
+        monkeypatch.setattr(Buildah, name, lambda self, *a, _n=name: getattr(recorder, _n)(*a))
+    return recorder
 
 
-def test_a_failed_bud_leaves_no_container_and_says_so(monkeypatch):
-    fake = FakeBuildah(fail_at="deps-torch")
-    for name in ("containers", "remove_containers_since", "stream"):
-        monkeypatch.setattr(Buildah, name, lambda self, *a, _n=name: getattr(fake, _n)(*a))
+def test_a_failed_bud_leaves_no_container_and_says_so(fake):
+    fake.fail_at = "deps-torch"
     with pytest.raises(ImageError, match="buildah bud failed"):
         for stage in builders.deps_stages():
             builders._bud(Buildah(REPO / ".cache" / "unused"), "--target", stage, ".")
     assert fake.live == {"older"} and len(fake.buds) == 2
 
 
-def test_the_build_runs_the_stages_then_the_tagged_bud(monkeypatch, tmp_path):
-    """builders.build end to end with a fake buildah: the order of the buds it runs."""
-    fake = FakeBuildah()
-    for name in ("containers", "remove_containers_since", "stream"):
-        monkeypatch.setattr(Buildah, name, lambda self, *a, _n=name: getattr(fake, _n)(*a))
+def test_the_build_runs_one_bud_per_stage_in_order_and_tags_only_the_last(fake, monkeypatch, tmp_path):
+    """builders.build end to end with a fake buildah: the buds it runs, and no container left after any of them."""
     monkeypatch.setattr(Buildah, "inspect", lambda self, image: {"FromImageID": "ab" * 32} if fake.buds else None)
     monkeypatch.setattr(Buildah, "size", lambda self, image: 123)
     monkeypatch.setattr(builders, "choose", lambda builder: "buildah")
@@ -103,6 +92,9 @@ def test_the_build_runs_the_stages_then_the_tagged_bud(monkeypatch, tmp_path):
     monkeypatch.setattr(builders.debian_base, "ensure", lambda buildah, wheels, cache, out: "localhost/base")
     built = builders.build(builders.Request("localhost/ray-training:1-cpu", cache=tmp_path), io.StringIO())
     assert built.rebuilt and built.size_bytes == 123
-    assert [b[b.index("--target") + 1] for b in fake.buds[:-1]] == builders.deps_stages()
-    assert "--tag" in fake.buds[-1] and "localhost/ray-training:1-cpu" in fake.buds[-1]
+    targets = [b[b.index("--target") + 1] if "--target" in b else None for b in fake.buds]
+    assert targets == [*builders.deps_stages(), None]
+    assert ["--tag" in b for b in fake.buds] == [False] * len(builders.deps_stages()) + [True]
+    assert "localhost/ray-training:1-cpu" in fake.buds[-1]
     assert all("--volume" in b and "--layers" in b for b in fake.buds)
+    assert fake.live == {"older"} and len(fake.removed) == len(fake.buds)
