@@ -62,7 +62,7 @@ def test_field_path_root_and_odd_keys():
     assert field_path(["spec", "workers", 0, "app.kubernetes.io/name"]) == 'spec.workers[0]["app.kubernetes.io/name"]'
 
 
-@pytest.mark.parametrize("module", ["generator/schema_check.py", "validation/schema_errors.py", "training/spec.py"])
+@pytest.mark.parametrize("module", ["generator/schema_check.py", "validation/schema_errors.py", "training/job/load.py"])
 def test_every_stage_formats_schema_errors_through_it(module):
     """No stage keeps a formatter of its own: each imports the shared walker, and none of the old private helpers
     is back."""

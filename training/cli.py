@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "validate":
         from training.errors import SpecError
-        from training.spec import load_job
+        from training.job.defaults import load_job
 
         bad = 0
         for path in args.specs:
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{path}: ok (mode={job.mode}, name={job.name})")
         return 2 if bad else 0
 
-    from training.spec import JOB_SPEC_SCHEMA, RESULT_SCHEMA
+    from training.job.load import JOB_SPEC_SCHEMA, RESULT_SCHEMA
 
     path = JOB_SPEC_SCHEMA if args.which == "spec" else RESULT_SCHEMA
     print(json.dumps(json.loads(path.read_text()), indent=2))

@@ -7,9 +7,9 @@ import math
 import os
 from typing import Any
 
-from training import storage
 from training.errors import TrainingJobError
-from training.spec import RESULT_SCHEMA, load_schema
+from training.job.load import RESULT_SCHEMA, load_schema
+from training.runtime import storage
 
 RESULT_FILE = "result.json"
 

@@ -18,21 +18,21 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from training import checkpointing, faults, storage
-from training.env import apply_quiet_defaults
 from training.errors import CheckpointError, SpecError, TrainingJobError
-from training.faults import TestHooks
-from training.job import Job
-from training.result import clean, default_result_path, error_result, validate_result, write_result
-from training.spec import (
+from training.job.defaults import normalize
+from training.job.load import (
     DEFAULT_STORAGE,
     INVALID_SPEC_NAME,
     NAME_PATTERN,
     STORAGE_ENV,
     load_spec_file,
-    normalize,
     validate_spec,
 )
+from training.job.parts import Job
+from training.result import clean, default_result_path, error_result, validate_result, write_result
+from training.runtime import checkpoints, faults, storage
+from training.runtime.env import apply_quiet_defaults
+from training.runtime.faults import TestHooks
 
 EXIT_CODES = {
     "spec": 2,
@@ -84,7 +84,7 @@ def load(spec_path: str, environ, name: str | None, sets: list[str] | None, num_
     """The validated, normalized job of a spec file, with the command line's overrides."""
     raw = load_spec_file(spec_path)
     if sets or num_samples is not None:
-        from training.tune_spec import apply_overrides
+        from training.job.search import apply_overrides
 
         say(f"spec overrides: {', '.join(apply_overrides(raw, sets, num_samples))}")
     validate_spec(raw)
@@ -99,18 +99,18 @@ def load(spec_path: str, environ, name: str | None, sets: list[str] | None, num_
 def pre_ray_checks(job: Job, spec_dir: Path, resume: bool) -> tuple[Any | None, bool]:
     """Trainer function, data path, and what this run continues: checked before Ray starts.
     Returns (the user's trainer function or None, whether a Tune experiment is resumed)."""
-    from training.data import check_source
+    from training.runtime.data import check_source
 
     if job.mode == "cluster":
         return None, False
     user_fn = None
     if job.training.trainer_path:
-        from training.user_trainer import load_function
+        from training.frameworks.user import load_function
 
         user_fn = load_function(job.training.trainer_path, search_dirs=[spec_dir])
     check_source(job.data)
     if job.mode == "tune":
-        from training.tune import check_resume
+        from training.tune.driver import check_resume
 
         return user_fn, check_resume(job, resume)
     _check_resume_checkpoint(job)
@@ -118,14 +118,14 @@ def pre_ray_checks(job: Job, spec_dir: Path, resume: bool) -> tuple[Any | None, 
 
 
 def _check_resume_checkpoint(job: Job) -> None:
-    from training.identity import check_same_run
+    from training.job.identity import check_same_run
 
     check_same_run(job)
-    resume = checkpointing.checkpoint_to_resume(job.run_path, job.checkpoint.resume_from)
+    resume = checkpoints.checkpoint_to_resume(job.run_path, job.checkpoint.resume_from)
     if not resume:
         return
     try:
-        meta = checkpointing.verify(resume, job.training.framework)
+        meta = checkpoints.verify(resume, job.training.framework)
     except CheckpointError as exc:
         if resume == job.checkpoint.resume_from:
             exc.field = "checkpoint.resumeFrom"
@@ -137,7 +137,7 @@ def _check_resume_checkpoint(job: Job) -> None:
 # ---------------------------------------------------------------- modes (inside a Ray session)
 
 def run_cluster(job: Job, progress: Progress) -> tuple[dict, int]:
-    from training.cluster import cluster_status
+    from training.runtime.cluster import cluster_status
 
     detail = cluster_status(detail=True)
     return {
@@ -150,15 +150,15 @@ def run_cluster(job: Job, progress: Progress) -> tuple[dict, int]:
 
 
 def run_train(job: Job, user_fn, hooks: TestHooks, progress: Progress) -> tuple[dict, int]:
-    from training import failures
-    from training.cluster import check_resources
-    from training.trainers import build_trainer, health_check_settings
+    from training.frameworks.trainer import build_trainer, health_check_settings
+    from training.runtime import failures
+    from training.runtime.cluster import check_resources
 
     t = time.time()
     check_resources(job.workers)
     progress.timings["resourceCheck"] = round(time.time() - t, 3)
     check_storage(job, progress)
-    from training.identity import record
+    from training.job.identity import record
     record(job)
     trainer = build_trainer(job, user_fn, hooks)
     w = job.workers
@@ -176,9 +176,9 @@ def run_train(job: Job, user_fn, hooks: TestHooks, progress: Progress) -> tuple[
 
 
 def check_storage(job: Job, progress: Progress) -> None:
-    """The checkpoint storage is writable and every Ray node sees it (training.shared_storage), before any worker
+    """The checkpoint storage is writable and every Ray node sees it (training.runtime.shared_storage), before any worker
     starts: a storage path one pod alone sees fails here, not after the first epochs."""
-    from training.shared_storage import check_shared
+    from training.runtime.shared_storage import check_shared
 
     t = time.time()
     others = check_shared(job.checkpoint.storage_path)
@@ -188,7 +188,7 @@ def check_storage(job: Job, progress: Progress) -> None:
 
 
 def run_tune(job: Job, user_fn, hooks: TestHooks, resume: bool, progress: Progress) -> tuple[dict, int]:
-    from training.tune import run_experiment
+    from training.tune.driver import run_experiment
 
     check_storage(job, progress)
     result, code, progress.fit_s = run_experiment(job, user_fn, progress.cluster, resume=resume, hooks=hooks)
@@ -264,7 +264,7 @@ def _success_train(job: Job, fit_result, cluster: dict, fit_s: float) -> dict:
 
 
 def _in_ray(job: Job, user_fn, hooks: TestHooks, resume: bool, progress: Progress) -> tuple[dict, int]:
-    from training.cluster import RaySession, cluster_status
+    from training.runtime.cluster import RaySession, cluster_status
 
     with RaySession() as session:
         progress.timings["rayInit"] = round(session.init_seconds, 3)
@@ -290,7 +290,7 @@ def _error(exc: BaseException, progress: Progress) -> tuple[dict, int]:
     say(f"error ({exc.kind}): {exc.message}")
     if progress.fit_s and job and job.mode == "train":
         try:  # what a re-run of the same spec would resume from
-            latest = checkpointing.latest_in_run(job.run_path)
+            latest = checkpoints.latest_in_run(job.run_path)
         except TrainingJobError:
             latest = None
         if latest:

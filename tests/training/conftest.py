@@ -18,7 +18,7 @@ import torch._dynamo  # noqa: E402,F401
 # isort: on
 
 from tests.training.support import SpecRunner, digits_spec  # noqa: E402
-from training.env import apply_quiet_defaults  # noqa: E402
+from training.runtime.env import apply_quiet_defaults  # noqa: E402
 
 apply_quiet_defaults()
 
@@ -33,7 +33,7 @@ def ray_session():
     """The one Ray of the test session."""
     import ray
 
-    from training.cluster import RaySession
+    from training.runtime.cluster import RaySession
 
     with RaySession(address="") as session:  # "" -> a local Ray even if RAY_ADDRESS is set in the shell
         assert ray.is_initialized()

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from tests.training.support import copy_run, digits_spec
-from training import checkpointing
+from training.runtime import checkpoints
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -91,7 +91,7 @@ def test_unreadable_data_path_found_by_the_workers(runner, tmp_path):
 def test_corrupt_checkpoint_of_the_run(torch_run, runner, tmp_path):
     src, spec, _, first = torch_run
     storage = copy_run(src, spec["name"], tmp_path)
-    latest = checkpointing.latest_in_run(str(storage / spec["name"]))
+    latest = checkpoints.latest_in_run(str(storage / spec["name"]))
     with open(f"{latest}/model.pt", "r+b") as fh:
         fh.seek(100)
         fh.write(b"\x00\xff" * 16)
@@ -105,7 +105,7 @@ def test_corrupt_checkpoint_of_the_run(torch_run, runner, tmp_path):
 def test_corrupt_ray_snapshot(torch_run, runner, tmp_path):
     src, spec, _, _ = torch_run
     storage = copy_run(src, spec["name"], tmp_path)
-    (storage / spec["name"] / checkpointing.RAY_SNAPSHOT_FILE).write_text("{truncated")
+    (storage / spec["name"] / checkpoints.RAY_SNAPSHOT_FILE).write_text("{truncated")
     spec = json.loads(json.dumps(spec))
     spec["checkpoint"]["storagePath"] = str(storage)
     code, result = runner.run(spec)
@@ -116,7 +116,7 @@ def test_resume_from_a_folder_that_is_not_a_checkpoint(torch_run, runner, tmp_pa
     _, spec, _, first = torch_run
     fake = tmp_path / "not-a-checkpoint"
     shutil.copytree(first["checkpointPath"], fake)
-    (fake / checkpointing.META_FILE).unlink()
+    (fake / checkpoints.META_FILE).unlink()
     spec = json.loads(json.dumps(spec))
     spec["name"] = "bad-resume"
     spec["checkpoint"] = {"resumeFrom": str(fake)}

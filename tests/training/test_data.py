@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from tests.training.support import write_cifar10_batches
-from training.data import check_source, load_shard, shard_indices
 from training.errors import DataError
-from training.job import Data
+from training.job.parts import Data
+from training.runtime.data import check_source, load_shard, shard_indices
 
 
 def test_shards_are_equal_disjoint_and_cover_all_but_the_remainder():

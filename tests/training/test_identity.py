@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from tests.training.support import digits_spec, tune_spec
+from tests.training.support import REPO, digits_spec, tune_spec
 from training.errors import SpecError
-from training.identity import derived_name
-from training.spec import normalize, validate_spec
+from training.job import normalize, validate_spec
+from training.job.identity import derived_name
 
 
 def job_of(spec, environ=None):
@@ -34,6 +34,36 @@ def changed(spec, path, value):
         node = node.setdefault(p, {})
     node[leaf] = value
     return spec
+
+#: Every example's run name, and the name it gets without its ``name`` (computed before training/ was arranged by
+#: stage): a rearrangement that changed one would send a resubmitted spec to a new, empty run folder.
+EXAMPLE_RUN_NAMES = {
+    "cifar10-torch.yaml": ("cifar10-torch", "train-pytorch-5425e27bbe"),
+    "cluster.yaml": ("cluster-status", "cluster"),
+    "digits-tensorflow.yaml": ("digits-tensorflow", "train-tensorflow-3153fcd4fb"),
+    "digits-torch.yaml": ("digits-torch", "train-pytorch-2d9d0ee93c"),
+    "digits-user-trainer.yaml": ("digits-user-trainer", "train-pytorch-beb705273b"),
+    "digits-xgboost.yaml": ("digits-xgboost", "train-xgboost-cc314b3bac"),
+    "synthetic-torch.yaml": ("synthetic-torch", "train-pytorch-89f0c74118"),
+    "tune-digits-asha.yaml": ("tune-digits-asha", "tune-pytorch-48751784ac"),
+    "tune-digits-pbt.yaml": ("tune-digits-pbt", "tune-pytorch-53745bc16b"),
+    "tune-digits-train-2workers.yaml": ("tune-digits-train-2workers", "tune-pytorch-5be85db9ed"),
+    "tune-seed-000.yaml": ("tune-seed-000", "tune-pytorch-4f250fcc96"),
+}
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLE_RUN_NAMES))
+def test_every_example_keeps_its_run_name(example):
+    from training.job import load_spec_file
+
+    spec = load_spec_file(REPO / "training" / "examples" / example)
+    named, derived = EXAMPLE_RUN_NAMES[example]
+    assert (job_of(spec).name, job_of(unnamed(spec)).name) == (named, derived)
+
+
+def test_the_pinned_run_names_cover_every_example():
+    assert {p.name for p in (REPO / "training" / "examples").glob("*.yaml")} == set(EXAMPLE_RUN_NAMES)
+
 
 
 BASE = unnamed(digits_spec("x", "pytorch", epochs=2))
@@ -95,14 +125,14 @@ def test_elastic_workers():
 
 
 def test_elastic_workers_become_rays_scaling_config():
-    from training.trainers import scaling_config
+    from training.frameworks.trainer import scaling_config
 
     assert scaling_config(job_of(changed(BASE, "config.numWorkers", {"min": 1, "max": 4})).workers).num_workers == (1, 4)
     assert scaling_config(job_of(BASE).workers).num_workers == 2
 
 
 def test_collective_timeout_from_the_spec_then_the_chart():
-    from training.trainers import collective_timeout
+    from training.frameworks.pytorch import collective_timeout
 
     chart = {"TRAINING_COLLECTIVE_TIMEOUT_SECONDS": "600"}
     assert collective_timeout(job_of(BASE).training, {}) is None
@@ -113,7 +143,7 @@ def test_collective_timeout_from_the_spec_then_the_chart():
 
 
 def test_health_checks_are_rays_settings_while_the_trainer_starts(monkeypatch):
-    from training.trainers import health_check_settings
+    from training.frameworks.trainer import health_check_settings
 
     monkeypatch.setenv("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
     monkeypatch.delenv("RAY_TRAIN_WORKER_HEALTH_CHECK_TIMEOUT_S", raising=False)
@@ -129,7 +159,7 @@ def test_the_settings_are_ones_ray_train_passes_to_its_controller():
     """The names are Ray's: Ray Train propagates exactly these from the driver (so a typo here would be inert)."""
     import ray.train.v2._internal.constants as ray_train_constants  # read, not used by the package
 
-    from training.trainers import HEALTH_CHECK_ENV
+    from training.frameworks.trainer import HEALTH_CHECK_ENV
 
     assert set(HEALTH_CHECK_ENV.values()) <= ray_train_constants.ENV_VARS_TO_PROPAGATE
 
@@ -137,7 +167,7 @@ def test_the_settings_are_ones_ray_train_passes_to_its_controller():
 def test_a_named_run_refuses_to_continue_under_changed_settings(tmp_path):
     """Editing lr (or the batch, the model, the data) of a named job gave a new RayJob but the same run: it resumed
     the old weights under the new settings, or trained nothing more and reported the old metrics."""
-    from training.identity import check_same_run, record
+    from training.job.identity import check_same_run, record
     spec = digits_spec("named-run", lr=0.001)
     spec["checkpoint"]["storagePath"] = str(tmp_path)
     record(job_of(spec))

@@ -10,9 +10,9 @@ import pytest
 from ray import cloudpickle  # what Ray serializes a trainer's config and Tune's trainable with
 
 from tests.training.support import digits_spec, tune_spec
-from training.job import FrozenMap, Job, freeze, thaw
-from training.spec import normalize, validate_spec
-from training.tune_trial import trial_job
+from training.job import normalize, validate_spec
+from training.job.parts import FrozenMap, Job, freeze, thaw
+from training.tune.trial import trial_job
 
 
 def job_of(spec: dict) -> Job:

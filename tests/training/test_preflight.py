@@ -1,7 +1,7 @@
 """The EFA locked-memory check a worker runs at start."""
 import resource
 
-from training import preflight
+from training.runtime import preflight
 
 INF = resource.RLIM_INFINITY
 

@@ -6,9 +6,9 @@ import json
 
 from tests.training.support import SEED_000_OUTPUT_SCHEMA, assert_valid_result
 from training.errors import DataError
+from training.frameworks.user import load_function
+from training.job import RESULT_SCHEMA
 from training.result import error_result
-from training.spec import RESULT_SCHEMA
-from training.user_trainer import load_function
 
 
 def test_result_schema_extends_the_seed_without_changing_it():

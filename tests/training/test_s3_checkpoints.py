@@ -59,7 +59,7 @@ def test_digits_on_two_nodes_checkpoints_to_s3_and_resumes(s3_server, two_node_r
 
 
 def test_a_bucket_that_does_not_exist_is_named_before_ray(s3_server, monkeypatch):
-    from training.shared_storage import write_marker
+    from training.runtime.shared_storage import write_marker
 
     for key, value in s3_server.client_env.items():
         monkeypatch.setenv(key, value)

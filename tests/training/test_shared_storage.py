@@ -16,12 +16,12 @@ import sys
 import yaml
 
 from tests.training.support import REPO, node_environ, run_driver
-from training.shared_storage import read_marker
+from training.runtime.shared_storage import read_marker
 
 EXAMPLE = REPO / "training" / "examples" / "digits-torch.yaml"
 CHECK = ("import ray, sys\n"
          "from training.errors import CheckpointError\n"
-         "from training.shared_storage import check_shared\n"
+         "from training.runtime.shared_storage import check_shared\n"
          "ray.init(address=sys.argv[1], logging_level='ERROR')\n"
          "try:\n"
          "    print('others', check_shared(sys.argv[2]))\n"

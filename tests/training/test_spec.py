@@ -12,7 +12,7 @@ import yaml
 
 from tests.training.support import REPO, assert_valid_result
 from training.errors import SpecError
-from training.spec import load_job, normalize, validate_spec
+from training.job import load_job, normalize, validate_spec
 
 EXAMPLES = sorted((REPO / "training" / "examples").glob("*.yaml"))
 

@@ -90,3 +90,100 @@ def test_the_checks_above_can_fail(tmp_path):
     """The patterns catch what they are for."""
     assert PRIVATE_RAY.search("ray._private.state") and PRIVATE_RAY.search("ray.train.v2._internal.execution")
     assert not PRIVATE_RAY.search("ray.train.torch") and not PRIVATE_RAY.search("ray.util.placement_group")
+
+
+# ------------------------------------------------------------------ the stages: who may import whom
+
+FRAMEWORK_LIBRARIES = ("ray", "torch", "tensorflow", "tf_keras", "keras", "xgboost")
+FRAMEWORK_NAMES = ("pytorch", "tensorflow", "xgboost")
+
+
+def _stage(stage: str) -> dict[str, set[str]]:
+    """The modules of ``training/<stage>/`` and the training modules each imports."""
+    files = sorted((PACKAGE / stage).rglob("*.py"))
+    assert len(files) >= 4, f"training/{stage}/ has {len(files)} modules"
+    return {".".join(p.relative_to(REPO).with_suffix("").parts): _imports(p) for p in files}
+
+
+def _libraries(path: Path) -> set[str]:
+    """The top-level names of everything ``path`` imports (at any depth)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            out.update(a.name.split(".")[0] for a in node.names)
+    return out
+
+
+def test_the_job_stage_imports_no_ray_and_no_framework_library():
+    """training/job/ (stage one: a spec's text -> the typed job)."""
+    files = sorted((PACKAGE / "job").rglob("*.py"))
+    assert len(files) >= 6
+    found = {f"{p.relative_to(REPO)}: {lib}" for p in files for lib in _libraries(p) & set(FRAMEWORK_LIBRARIES)}
+    assert not found, "\n".join(sorted(found))
+
+
+def test_loading_every_example_imports_no_ray_and_no_framework_library():
+    """What the spec stage imports, followed through the registry it asks: none of them, for every example."""
+    import subprocess
+    import sys
+
+    probe = ("import glob, sys; from training.job import load_job\n"
+             "for f in sorted(glob.glob('training/examples/*.yaml')): load_job(f, environ={})\n"
+             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {FRAMEWORK_LIBRARIES!r}))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_runtime_imports_neither_frameworks_nor_tune():
+    found = {f"{m} -> {i}" for m, imports in _stage("runtime").items() for i in imports
+             if i.startswith(("training.frameworks", "training.tune"))}
+    assert not found, "\n".join(sorted(found))
+
+
+def test_frameworks_import_no_tune():
+    found = {f"{m} -> {i}" for m, imports in _stage("frameworks").items() for i in imports
+             if i.startswith("training.tune")}
+    assert not found, "\n".join(sorted(found))
+
+
+#: What tune/ may import of frameworks/: the registry and the framework-agnostic Ray trainer builder.
+FRAMEWORK_DOORS = {"training.frameworks", "training.frameworks.registry", "training.frameworks.trainer"}
+
+
+def test_tune_reaches_the_frameworks_only_through_the_registry():
+    found = {f"{m} -> {i}" for m, imports in _stage("tune").items() for i in imports
+             if i.startswith("training.frameworks") and i not in FRAMEWORK_DOORS}
+    assert not found, "\n".join(sorted(found))
+
+
+def test_only_frameworks_branch_on_a_framework_name():
+    """Outside frameworks/ (and the benchmarks, which compare frameworks by name), no code compares a value with a
+    framework's name: it asks the registry."""
+    from training.frameworks import registry
+
+    assert set(registry.names()) == set(FRAMEWORK_NAMES)
+    found = []
+    for path in SOURCES:
+        rel = path.relative_to(PACKAGE).parts
+        if rel[0] in ("frameworks", "bench"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare):
+                for operand in [node.left, *node.comparators]:
+                    values = operand.elts if isinstance(operand, (ast.Tuple, ast.List, ast.Set)) else [operand]
+                    if any(isinstance(v, ast.Constant) and v.value in FRAMEWORK_NAMES for v in values):
+                        found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "\n".join(found)
+
+
+def test_the_stage_checks_can_fail(tmp_path):
+    """The stage checks see an import at any depth, and a comparison with a framework's name."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(job):\n    from training.tune.trial import trial_job\n    import torch.nn\n"
+                   "    return job.framework == 'pytorch'\n")
+    assert "training.tune.trial" in _imports(bad) and "torch" in _libraries(bad)
+    compare = next(n for n in ast.walk(ast.parse(bad.read_text())) if isinstance(n, ast.Compare))
+    assert compare.comparators[0].value in FRAMEWORK_NAMES

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.training.support import REPO, digits_spec, write_cifar10_batches
-from training import checkpointing
+from training.runtime import checkpoints
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -24,10 +24,10 @@ def check_train_result(result, epochs, workers=2):
     assert result["clusterStatus"]["numNodes"] == 1 and result["clusterStatus"]["totalCpu"] == 2
     assert result["trainingTime"] > 0
     ck = result["checkpointPath"]
-    meta = checkpointing.verify(ck)
+    meta = checkpoints.verify(ck)
     assert meta["epoch"] == max(h["epoch"] for h in r["history"] if h["epoch"] == meta["epoch"])
     assert r["bestMetric"] == pytest.approx(meta["metrics"][r["metric"]])
-    assert r["latestCheckpointPath"].endswith(checkpointing.checkpoint_dir_name(epochs))
+    assert r["latestCheckpointPath"].endswith(checkpoints.checkpoint_dir_name(epochs))
     return r
 
 
@@ -41,7 +41,7 @@ def test_pytorch_cnn_two_workers(torch_run):
     assert os.path.exists(os.path.join(result["checkpointPath"], "model.pt"))
     # The default result location is <storage>/<name>/result.json; --output was used here, and the run folder
     # holds Ray's snapshot next to the checkpoints.
-    assert Path(result["runPath"], checkpointing.RAY_SNAPSHOT_FILE).exists()
+    assert Path(result["runPath"], checkpoints.RAY_SNAPSHOT_FILE).exists()
 
 
 def test_tensorflow_cnn_two_workers(runner):
@@ -137,4 +137,4 @@ def test_elastic_workers_take_what_fits(runner):
     assert code == 0, result.get("error")
     r = result["results"]
     assert r["numWorkers"] == 3 and 1 <= r["worldSize"] <= 2
-    assert checkpointing.verify(result["checkpointPath"])["extra"]["worldSize"] == r["worldSize"]
+    assert checkpoints.verify(result["checkpointPath"])["extra"]["worldSize"] == r["worldSize"]

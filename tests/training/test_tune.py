@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.training.support import REPO, assert_valid_result, tune_spec
-from training import checkpointing
+from training.runtime import checkpoints
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -29,7 +29,7 @@ def check_tune_result(result, trials, epochs):
     rows = list(csv.DictReader(open(r["trialsCsv"], newline="")))
     assert len(rows) == trials
     assert sum(int(row["iterations"]) for row in rows) == r["totalTrialIterations"]
-    meta = checkpointing.verify(result["checkpointPath"])  # the best trial's best checkpoint, with its manifest
+    meta = checkpoints.verify(result["checkpointPath"])  # the best trial's best checkpoint, with its manifest
     assert meta["metrics"][r["metric"]] == pytest.approx(r["bestMetric"])
     return r, rows
 
@@ -106,15 +106,15 @@ def test_restored_pytorch_checkpoint_takes_the_trials_lr(tmp_path):
     lr back, so the trial's restore copy gets the new lr (and a manifest that still verifies)."""
     import torch
 
-    from training.job import Training
-    from training.tune_trial import restore_copy
+    from training.job.parts import Training
+    from training.tune.trial import restore_copy
 
     src = tmp_path / "ckpt"
     src.mkdir()
     model = torch.nn.Linear(2, 2)
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict()}, src / "model.pt")
-    checkpointing.write_manifest(str(src), epoch=2, framework="pytorch", history=[], metrics={"val_loss": 1.0})
+    checkpoints.write_manifest(str(src), epoch=2, framework="pytorch", history=[], metrics={"val_loss": 1.0})
 
     class FakeCheckpoint:
         def to_directory(self, path):
@@ -126,7 +126,7 @@ def test_restored_pytorch_checkpoint_takes_the_trials_lr(tmp_path):
     local = restore_copy(FakeCheckpoint(), Training(framework="pytorch", epochs=4, batch_size=32, lr=0.005))
     state = torch.load(Path(local) / "model.pt", weights_only=True)
     assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [0.005]
-    assert checkpointing.verify_local(local)["extra"]["lrSetOnRestore"] == 0.005
+    assert checkpoints.verify_local(local)["extra"]["lrSetOnRestore"] == 0.005
     assert torch.load(src / "model.pt", weights_only=True)["optimizer"]["param_groups"][0]["lr"] == 0.1  # source intact
 
 
@@ -180,6 +180,56 @@ def test_interrupted_experiment_resumes_with_finished_trials_kept(runner, tmp_pa
     events = [json.loads(line) for line in ledger.read_text().splitlines()]
     ended = Counter(e["epoch"] for e in events if e["event"] == "end")
     assert ended == {1: 3, 2: 3}, ended  # every trial's every epoch exactly once over both runs
+
+
+#: The last commit of the flat layout (training/job.py, tune_events.py, tune_trial.py ...), before training/ was
+#: arranged by stage: what an experiment started before the move was started with.
+FLAT_LAYOUT = "a4816924119c1ec61046c6e1e5665ad9d4cbd948"
+
+
+def test_a_search_started_under_the_old_module_paths_resumes_under_the_new_ones(runner, tmp_path):
+    """The first of three trials finished by the flat layout's code (in its own process and its own local Ray, so
+    every trial imports that code): its experiment state names the old modules. Resumed with today's code, the finished
+    trial is kept and the other two run; every (trial, epoch) ends exactly once over both runs."""
+    import io
+    import subprocess
+    import sys
+    import tarfile
+
+    from tests.training.support import node_environ
+    from training.runner import run
+
+    old = tmp_path / "flat"
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", FLAT_LAYOUT, "training"], capture_output=True,
+                             check=True).stdout
+    old.mkdir()
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(old, filter="data")
+    assert (old / "training" / "tune_events.py").is_file() and not (old / "training" / "tune").exists()
+
+    ledger = tmp_path / "ledger.jsonl"
+    spec = tune_spec("resume-across-the-move", "fifo", samples=1, epochs=2, maxConcurrentTrials=1,
+                     space={"lr": {"type": "grid", "values": [GOOD_LR, 1e-2, 2e-3]}})
+    spec["checkpoint"] = {"storagePath": str(runner.storage)}
+    path = runner.write(spec)
+    env = {**node_environ(), "PYTHONPATH": f"{old}:{REPO}", "TRAINING_TUNE_INTERRUPT": "after_trials=1",
+           "TRAINING_EPOCH_LEDGER": str(ledger)}
+    out = subprocess.run([sys.executable, "-m", "training", "run", str(path), "--output", str(tmp_path / "r1.json")],
+                         env=env, cwd=old, capture_output=True, text=True, timeout=600)
+    r1 = json.loads((tmp_path / "r1.json").read_text())
+    assert r1["status"] == "partial", (r1.get("error"), out.stderr[-3000:])
+    assert r1["results"]["trialsRanToEnd"] == 1
+    state = b"".join(p.read_bytes() for p in (runner.storage / spec["name"]).glob("experiment_state*"))
+    assert b"training.tune_events" in state and b"training.tune.events" not in state  # stored under the old paths
+
+    code, resumed, _ = run(str(path), output=str(tmp_path / "resumed.json"), resume=True,
+                           environ={"TRAINING_EPOCH_LEDGER": str(ledger)})
+    assert code == 0, resumed.get("error")
+    r2, _ = check_tune_result(resumed, trials=3, epochs=2)
+    assert r2["resumed"] is True and r2["trialsRanToEnd"] == 3
+    events = [json.loads(line) for line in ledger.read_text().splitlines()]
+    ended = Counter(e["epoch"] for e in events if e["event"] == "end")
+    assert ended == {1: 3, 2: 3}, ended
 
 
 def test_the_seed_example_without_a_name_twice(tmp_path, capfd):

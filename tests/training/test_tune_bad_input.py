@@ -12,7 +12,7 @@ import yaml
 
 from tests.training.support import REPO, assert_valid_result, tune_spec
 from training.errors import SpecError
-from training.spec import validate_spec
+from training.job import validate_spec
 
 LR = {"type": "loguniform", "min": 1e-4, "max": 1e-1}
 

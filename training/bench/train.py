@@ -1,7 +1,7 @@
 """``python -m training.bench.train`` (``make bench-train``): what Ray Train buys on this machine.
 
-The same model (the built-in CNN of :mod:`training.models_torch` / :mod:`training.models_tf`), the same data
-(:mod:`training.data`, digits by default, or synthetic CIFAR-shaped tensors) and the same epochs, trained
+The same model (the built-in CNN of :mod:`training.frameworks.pytorch` / :mod:`training.frameworks.tensorflow`), the same data
+(:mod:`training.runtime.data`, digits by default, or synthetic CIFAR-shaped tensors) and the same epochs, trained
 
 * plain, single process, with 1 thread and with 2 threads (PyTorch: ``torch.set_num_threads``; TensorFlow:
   intra/inter-op threads) -- no Ray anywhere in the process;
@@ -158,7 +158,7 @@ def process_start_time() -> float | None:
 
 def _data_cfg(settings):
     """The benchmark's data block, as a job spec would have it (the same loaders as ``python -m training run``)."""
-    from training.spec import data_block
+    from training.job.defaults import data_block
 
     return data_block(settings["data"])
 
@@ -170,8 +170,8 @@ def torch_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, wo
     import torch
     import torch.nn.functional as F
 
-    from training.data import batch_share
-    from training.models_torch import build_cnn
+    from training.frameworks.pytorch import build_cnn
+    from training.runtime.data import batch_share
 
     marks: dict[str, float] = {}
     torch.set_num_threads(threads)
@@ -224,7 +224,7 @@ def _ray_torch_worker(config: dict[str, Any]) -> None:
     import torch.distributed as dist
     from ray.train.torch import prepare_model
 
-    from training.data import load_shard
+    from training.runtime.data import load_shard
 
     settings = config["settings"]
     ctx = ray.train.get_context()
@@ -266,15 +266,15 @@ def _tf_datasets(tf, strategy, shard, bs: int, seed: int, distributed: bool):
 
 def tf_train(settings: dict[str, Any], shard, threads: int, rank: int = 0, world: int = 1,
              distributed: bool = False) -> dict[str, Any]:
-    from training.env import TF_WORKER_ENV
+    from training.frameworks.tensorflow import WORKER_ENV
 
-    for key, value in TF_WORKER_ENV.items():
+    for key, value in WORKER_ENV.items():
         os.environ.setdefault(key, value)
     marks: dict[str, float] = {}
     import tensorflow as tf
 
-    from training.data import batch_share
-    from training.models_tf import build_cnn, keras
+    from training.frameworks.tensorflow import build_cnn, keras
+    from training.runtime.data import batch_share
 
     k = keras()
     marks["tfImported"] = now()
@@ -317,7 +317,7 @@ def _ray_tf_worker(config: dict[str, Any]) -> None:
     enter = now()
     import ray.train
 
-    from training.data import load_shard
+    from training.runtime.data import load_shard
 
     settings = config["settings"]
     ctx = ray.train.get_context()
@@ -334,7 +334,7 @@ def _ray_tf_worker(config: dict[str, Any]) -> None:
 def _run_plain(cfg: dict[str, Any], settings: dict[str, Any], marks: dict[str, float]) -> dict[str, Any]:
     if cfg["framework"] == "pytorch":
         import torch  # noqa: F401
-    from training.data import load_shard
+    from training.runtime.data import load_shard
 
     marks["imported"] = now()
     shard = load_shard(_data_cfg(settings), 0, 1, settings["seed"])
@@ -350,12 +350,12 @@ def _run_plain(cfg: dict[str, Any], settings: dict[str, Any], marks: dict[str, f
 def _ray_trainer(cfg: dict[str, Any], loop_config: dict[str, Any], store: str):
     import ray.train
 
-    from training.env import TF_WORKER_ENV
+    from training.frameworks import registry
 
+    worker_env = registry.get(cfg["framework"]).worker_env
     scaling = ray.train.ScalingConfig(num_workers=cfg["workers"], resources_per_worker={"CPU": 1})
     run_config = ray.train.RunConfig(name=f"bench-{cfg['key'].replace('/', '-')}", storage_path=store,
-                                     worker_runtime_env={"env_vars": dict(TF_WORKER_ENV)}
-                                     if cfg["framework"] == "tensorflow" else None)
+                                     worker_runtime_env={"env_vars": dict(worker_env)} if worker_env else None)
     if cfg["framework"] == "pytorch":
         from ray.train.torch import TorchTrainer
 
@@ -369,14 +369,14 @@ def _ray_trainer(cfg: dict[str, Any], loop_config: dict[str, Any], store: str):
 
 def _run_ray(cfg: dict[str, Any], settings: dict[str, Any], marks: dict[str, float],
              ray_address: str | None) -> dict[str, Any]:
-    from training.env import apply_quiet_defaults
+    from training.runtime.env import apply_quiet_defaults
 
     apply_quiet_defaults()
     import ray
     import ray.train  # noqa: F401  (imported before the mark: part of "python + ray imports")
     from ray.util.queue import Queue
 
-    from training.cluster import export_import_path
+    from training.runtime.cluster import export_import_path
 
     marks["imported"] = now()
     started = False
@@ -544,12 +544,12 @@ WARM_PREFIX = "WARM_RAY_ADDRESS "
 
 def warm_host() -> int:
     """The warm Ray's own process: start a local Ray, print its address, keep it until stdin closes."""
-    from training.env import apply_quiet_defaults
+    from training.runtime.env import apply_quiet_defaults
 
     apply_quiet_defaults()
     import ray
 
-    from training.cluster import export_import_path
+    from training.runtime.cluster import export_import_path
 
     export_import_path()
     ray.init(address="local", include_dashboard=True, logging_level="WARNING")

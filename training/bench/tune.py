@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from training.bench.report import write_tune_report
     from training.bench.train import machine_info
-    from training.cluster import RaySession
-    from training.env import apply_quiet_defaults
+    from training.runtime.cluster import RaySession
+    from training.runtime.env import apply_quiet_defaults
 
     apply_quiet_defaults()
     settings = settings_from_args(args)

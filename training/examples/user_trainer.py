@@ -1,7 +1,7 @@
 """An example user trainer for ``trainConfig.trainerPath``: a small MLP in PyTorch on the digits.
 
 It runs on every Ray Train worker (here under TorchTrainer, because the spec says ``framework: pytorch``), or in a
-Tune trial's own process, and gets a ``training.worker.WorkerContext``, its one door to the run: the job's
+Tune trial's own process, and gets a ``training.WorkerContext``, its one door to the run: the job's
 hyperparameters, this worker's data shard, the checkpoint to resume from (``restore``), the device and model
 preparation (``prepare_model``: DDP across the workers), and ``report`` (progress, checkpoints every
 ``checkpoint.everyEpochs``, keep-best, fault tolerance).

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from training import storage
 from training.errors import DataError
-from training.job import Data
+from training.job.parts import Data
+from training.runtime import storage
 
 CIFAR_TRAIN_FILES = [f"data_batch_{i}" for i in range(1, 6)]
 CIFAR_TEST_FILE = "test_batch"

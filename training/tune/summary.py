@@ -1,4 +1,4 @@
-"""The result of a search: one row per trial (Tune's results plus the journal of :mod:`training.tune_events`), the
+"""The result of a search: one row per trial (Tune's results plus the journal of :mod:`training.tune.events`), the
 per-trial CSV, the best trial and the run's status."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import math
 import os
 from typing import Any
 
-from training import storage
-from training.job import Job, Tune, thaw
-from training.tune_events import Journal, SearchState, fmt, say
+from training.job.parts import Job, Tune, thaw
+from training.runtime import storage
+from training.tune.events import Journal, SearchState, fmt, say
 
 TRIALS_CSV = "trials.csv"
 
@@ -125,7 +125,7 @@ def _write_local(path: str, text: str) -> None:
 
 def summarize(job: Job, grid, search: SearchState, cluster: dict, fit_s: float) -> tuple[dict, int]:
     """The result of a search from Tune's results and this package's journal; the per-trial CSV is written."""
-    from training.tune_trial import trial_job
+    from training.tune.trial import trial_job
 
     tcfg = job.tune
     metric, mode = tcfg.metric, tcfg.mode

@@ -1,8 +1,8 @@
-"""The job: a spec parsed, validated and given its defaults once (:func:`training.spec.load_job`), as typed,
+"""The job: a spec parsed, validated and given its defaults once (:func:`training.job.load_job`), as typed,
 immutable parts.
 
 Each stage receives the part it needs: the data loaders a :class:`Data`, the resource checks :class:`Workers`, the
-training loops a :class:`Training` (through :class:`training.worker.WorkerContext`), the Tune driver a
+training loops a :class:`Training` (through :class:`training.runtime.worker.WorkerContext`), the Tune driver a
 :class:`Tune`. A change (a trial's sampled values, the folder of a trial's Ray Train run) makes a new job with
 :func:`dataclasses.replace`; nothing edits a job in place. Jobs cross process boundaries (Ray pickles them for its
 workers and Tune keeps them with its experiment), so every part pickles as plain data.
@@ -50,14 +50,16 @@ class Workers:
     """How many Ray Train workers, what each holds, and how long to wait for them (``config`` /
     ``trainConfig.scalingConfig``)."""
 
-    count: int
-    min_count: int | None  # elastic: numWorkers {min, max}; count is the max
-    use_gpu: bool
-    cpu: float
-    gpu: float
+    count: int = 1
+    min_count: int | None = None  # elastic: numWorkers {min, max}; count is the max
+    use_gpu: bool = False
+    cpu: float = 1.0
+    gpu: float = 0.0
     placement_strategy: str = "PACK"
     resource_wait_s: float = 30.0
     health_check: FrozenMap = dataclasses.field(default_factory=FrozenMap)
+    #: spec key -> the block it was written in (``config`` or ``trainConfig.scalingConfig``): what a message names
+    written_in: FrozenMap = dataclasses.field(default_factory=FrozenMap)
 
     @property
     def needed(self) -> int:
@@ -103,11 +105,10 @@ class Training:
     xgboost: FrozenMap = dataclasses.field(default_factory=FrozenMap)
     params: FrozenMap = dataclasses.field(default_factory=FrozenMap)
     collective_timeout_s: int | None = None
-
-    @property
-    def builtin_model(self) -> bool:
-        """Whether the built-in CNN is trained (not XGBoost, not a user trainer)."""
-        return self.framework != "xgboost" and not self.trainer_path
+    #: from the framework's registry entry (normalize sets them): whether the built-in CNN is trained (not a
+    #: user trainer, not a framework without one), and the spec block of the framework's own parameters
+    builtin_model: bool = True
+    params_block: str | None = None
 
     def with_value(self, target: str, value: Any) -> Training:
         """This training with one search-space target set: ``lr``, ``model.dense``, ``xgboost.eta``, ``params.h``."""
@@ -116,7 +117,7 @@ class Training:
             return dataclasses.replace(self, **{TRAINING_FIELDS[head]: value})
         if head == "model" and rest in MODEL_FIELDS:
             return dataclasses.replace(self, model=dataclasses.replace(self.model, **{MODEL_FIELDS[rest]: freeze(value)}))
-        if head in ("xgboost", "params") and rest:
+        if rest and head in ("params", self.params_block):
             merged = FrozenMap({**getattr(self, head), rest: freeze(value)})
             return dataclasses.replace(self, **{head: merged})
         raise KeyError(f"no trainConfig field {target!r}")
@@ -202,7 +203,7 @@ class Tune:
         return next((p for p in self.search_space if p.key == key), None)
 
     def identity(self) -> dict[str, Any]:
-        """What names a search (see :mod:`training.identity`)."""
+        """What names a search (see :mod:`training.job.identity`)."""
         return {"searchSpace": {p.key: p.as_spec() for p in self.search_space}, "scheduler": self.scheduler,
                 "schedulerConfig": thaw(self.scheduler_config), "numSamples": self.num_samples,
                 "metric": self.metric, "mode": self.mode, "trialRunner": self.trial_runner, "seed": self.seed}
@@ -234,8 +235,8 @@ class Job:
         t = self.training
         out: dict[str, Any] = {"framework": t.framework, "numWorkers": self.workers.count, "epochs": t.epochs,
                                "batchSize": t.batch_size, "lr": t.lr, "seed": t.seed, "dataSource": self.data.source}
-        if t.framework == "xgboost":
-            out["xgboost"] = thaw(t.xgboost)
+        if t.params_block:
+            out[t.params_block] = thaw(getattr(t, t.params_block))
         elif not t.trainer_path:
             out["model"] = t.model.as_spec()
         if t.trainer_path:

@@ -8,8 +8,14 @@ Saving under MWMS is collective, so every rank writes a checkpoint (non-zero ran
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from training.worker import WorkerContext
+from training.frameworks.base import Framework
+
+if TYPE_CHECKING:
+    from training.runtime.worker import WorkerContext
 
 TF_CKPT_PREFIX = "tf/ckpt"
 
@@ -18,7 +24,6 @@ def train(ctx: WorkerContext) -> None:
     # The context has put TF_WORKER_ENV into this process's environment: TensorFlow is imported after it.
     import tensorflow as tf
 
-    from training.models_tf import keras
 
     k = keras()
     tf.get_logger().setLevel("ERROR")  # MWMS logs every collective it builds at INFO
@@ -70,7 +75,6 @@ def _model(ctx: WorkerContext, strategy, shard):
     """The compiled CNN and its tf.train.Checkpoint under the strategy, restored from the run's checkpoint if any."""
     import tensorflow as tf
 
-    from training.models_tf import build_cnn, keras
 
     k = keras()
     mc = ctx.model
@@ -114,3 +118,71 @@ def _batches(ctx: WorkerContext, strategy, shard):
         return strategy.distribute_datasets_from_function(fn)
 
     return steps, bs, val_data, max(n_val // vbs, 1)
+
+
+# ---------------------------------------------------------------- the model
+# The built-in image CNN in Keras (tf-keras, i.e. Keras 2, which MultiWorkerMirroredStrategy needs).
+# 
+# Same layout as the PyTorch CNN (:mod:`training.frameworks.pytorch`), and the same batch-norm momentum (Keras 0.9 = PyTorch 0.1; Keras'
+# default 0.99 leaves the moving statistics far from the data after the few hundred steps of a small run, and
+# validation accuracy near chance). Import only after ``TF_USE_LEGACY_KERAS=1`` is set
+# (:func:`keras` takes care of it).
+def keras():
+    """tf-keras (Keras 2). Keras 3 breaks under MultiWorkerMirroredStrategy (keras-team/keras#20585)."""
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tf_keras
+
+    return tf_keras
+
+
+def build_cnn(
+    input_shape: tuple[int, int, int],
+    num_classes: int,
+    filters: Sequence[int] = (64, 128, 256),
+    dense: int = 512,
+    conv_dropout: float = 0.25,
+    dense_dropout: float = 0.5,
+):
+    k = keras()
+    L = k.layers
+    h, w, _ = input_shape
+    model = k.Sequential([L.InputLayer(input_shape=tuple(input_shape))])
+    for f in filters:
+        model.add(L.Conv2D(f, 3, padding="same", use_bias=False))
+        model.add(L.BatchNormalization(momentum=0.9))
+        model.add(L.ReLU())
+        model.add(L.Conv2D(f, 3, padding="same", use_bias=False))
+        model.add(L.BatchNormalization(momentum=0.9))
+        model.add(L.ReLU())
+        if h >= 2 and w >= 2:
+            model.add(L.MaxPooling2D(2))
+            h, w = h // 2, w // 2
+        model.add(L.Dropout(conv_dropout))
+    model.add(L.Flatten())
+    model.add(L.Dense(dense, use_bias=False))
+    model.add(L.BatchNormalization(momentum=0.9))
+    model.add(L.ReLU())
+    model.add(L.Dropout(dense_dropout))
+    model.add(L.Dense(num_classes))  # logits
+    return model
+
+
+# ---------------------------------------------------------------- under Ray Train
+
+#: Variables a TensorFlow worker must see before TensorFlow is imported (also sent as the workers' runtime env).
+WORKER_ENV = MappingProxyType({
+    "TF_USE_LEGACY_KERAS": "1",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+})
+
+
+def ray_trainer(run_worker, job, **common):
+    from ray.train.tensorflow import TensorflowTrainer
+
+    return TensorflowTrainer(run_worker, **common)
+
+
+FRAMEWORK = Framework(
+    name="tensorflow", epochs=5, batch_size=64, lr=1e-3,
+    metrics=("loss", "accuracy", "val_loss", "val_accuracy", "samples", "steps"),
+    loop=train, ray_trainer=ray_trainer, worker_env=WORKER_ENV)

@@ -29,7 +29,7 @@ def load_function(target: str, search_dirs: Iterable[Path] = ()) -> Callable:
     if where.endswith(".py") or "/" in where or os.sep in where:
         # Relative paths: the current folder, the spec file's folder, then the folder holding the installed
         # ``training`` package (so ``training/examples/user_trainer.py:train`` works inside the image too).
-        package_parent = Path(__file__).resolve().parent.parent
+        package_parent = Path(__file__).resolve().parents[2]
         candidates = ([Path(where)] if Path(where).is_absolute()
                       else [Path.cwd() / where] + [Path(d) / where for d in search_dirs] + [package_parent / where])
         path = next((p for p in candidates if p.is_file()), None)

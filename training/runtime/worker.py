@@ -15,7 +15,7 @@ function ``train(ctx: WorkerContext)`` run on every worker::
 ``report`` prints rank 0's progress every epoch, and every ``checkpoint.everyEpochs`` epochs (and at the last one)
 writes a checkpoint with a manifest and reports it. All workers must call ``report`` for the same epochs (it is a
 barrier at checkpoint epochs). Where reports go (Ray Train, or a Tune trial running the loop itself) is the
-context's session (:mod:`training.sessions`); the loops never call Ray.
+context's session (:mod:`training.runtime.sessions`); the loops never call Ray.
 """
 
 from __future__ import annotations
@@ -25,16 +25,15 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from training import checkpointing, faults, preflight
-from training.data import batch_share
-from training.env import TF_WORKER_ENV
 from training.errors import CheckpointError
-from training.faults import NO_HOOKS, TestHooks
-from training.job import Job, Model, thaw
-from training.sessions import Session
+from training.job.parts import Job, Model, thaw
+from training.runtime import checkpoints, faults, preflight
+from training.runtime.data import batch_share
+from training.runtime.faults import NO_HOOKS, TestHooks
+from training.runtime.sessions import Session
 
 
 def _scalar(v):
@@ -60,13 +59,13 @@ def _quiet_worker_warnings() -> None:
 class WorkerContext:
     """Config, data shard, checkpoint restore, device, progress and reporting for one worker of a run."""
 
-    def __init__(self, job: Job, session: Session | None = None, hooks: TestHooks = NO_HOOKS):
+    def __init__(self, job: Job, session: Session | None = None, hooks: TestHooks = NO_HOOKS,
+                 worker_env: Mapping[str, str] | None = None):
         training = job.training
-        if training.framework == "tensorflow":
-            for key, value in TF_WORKER_ENV.items():
-                os.environ.setdefault(key, value)
+        for key, value in (worker_env or {}).items():  # the framework's, before it is imported
+            os.environ.setdefault(key, value)
         if session is None:
-            from training.sessions import RayTrainSession
+            from training.runtime.sessions import RayTrainSession
 
             session = RayTrainSession()
         _quiet_worker_warnings()
@@ -131,7 +130,7 @@ class WorkerContext:
             local = ckpt.path
         else:
             local = ckpt.to_directory(tempfile.mkdtemp(prefix="training-restore-"))
-        meta = checkpointing.verify_local(local, self.framework)
+        meta = checkpoints.verify_local(local, self.framework)
         self.checkpoint_dir = local
         self.checkpoint_source = f"{source}:{ckpt.path}"
         self.start_epoch = int(meta["epoch"])
@@ -166,9 +165,9 @@ class WorkerContext:
     # ------------------------------------------------------------------ data
 
     def data(self):
-        """This worker's shard of ``data`` (see :mod:`training.data`), loaded once."""
+        """This worker's shard of ``data`` (see :mod:`training.runtime.data`), loaded once."""
         if self._shard is None:
-            from training.data import load_shard
+            from training.runtime.data import load_shard
 
             self._shard = load_shard(self.job.data, self.rank, self.world_size, self.seed)
         return self._shard
@@ -225,10 +224,10 @@ class WorkerContext:
             if save is not None and (self.rank == 0 or save_on_all_ranks):
                 save(tmp)
             if self.rank == 0:
-                checkpointing.write_manifest(tmp, epoch=epoch, framework=self.framework,
+                checkpoints.write_manifest(tmp, epoch=epoch, framework=self.framework,
                                              history=self.history, metrics=metrics,
                                              extra={"name": self.name, "worldSize": self.world_size})
-            self.session.report(metrics, tmp if self.rank == 0 else None, checkpointing.checkpoint_dir_name(epoch))
+            self.session.report(metrics, tmp if self.rank == 0 else None, checkpoints.checkpoint_dir_name(epoch))
 
     def record_evaluation(self, metrics: dict[str, Any]) -> None:
         """For a run with no epochs left (a finished checkpoint resumed): keep the restored model's evaluation."""
@@ -259,7 +258,7 @@ class WorkerContext:
 def run_worker(config: dict[str, Any]) -> dict[str, Any]:
     """The per-worker function every Ray Train trainer of this package runs: ``config["fn"]`` (a built-in trainer's
     ``train`` or the user's) with this worker's context; rank 0's summary becomes the run's return value."""
-    ctx = WorkerContext(config["job"], hooks=config.get("hooks") or NO_HOOKS)
+    ctx = WorkerContext(config["job"], hooks=config.get("hooks") or NO_HOOKS, worker_env=config.get("worker_env"))
     return run_with(ctx, config["fn"], user=bool(config.get("user")))
 
 

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from training.errors import SpecError
-from training.job import Job, thaw
+from training.job.parts import Job, thaw
 
 HASH_LENGTH = 10
 IDENTITY_FILE = "identity.json"  # in the run folder: what the run trains, written when it starts
@@ -60,7 +60,7 @@ def _normalized(job: Job) -> dict[str, Any]:
 
 def record(job: Job) -> None:
     """Keep what the run trains beside its checkpoints (once: the run's first start writes it)."""
-    from training import storage
+    from training.runtime import storage
 
     path = storage.join(job.run_path, IDENTITY_FILE)
     if not storage.exists(path):
@@ -71,7 +71,7 @@ def check_same_run(job: Job) -> None:
     """Refuse to continue a run that was trained with other settings: a named job whose learning rate, batch,
     model or data changed would otherwise resume the old weights under the new settings (or, finished, train
     nothing more and report the old metrics). The same spec again (make retry, more epochs) continues."""
-    from training import storage
+    from training.runtime import storage
 
     path = storage.join(job.run_path, IDENTITY_FILE)
     if not storage.exists(path):

@@ -16,8 +16,8 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from training import storage
 from training.errors import CheckpointError
+from training.runtime import storage
 
 MARKER_PREFIX = ".storage-check-"
 TIMEOUT_S = 120.0

@@ -1,7 +1,7 @@
 """Process environment for quiet, predictable Ray runs.
 
 Must run before ``ray`` (and TensorFlow) are imported: Ray reads several of these at import or at ``ray.init()``,
-and the local Ray started by :mod:`training.cluster` passes the driver's environment on to its workers.
+and the local Ray started by :mod:`training.runtime.cluster` passes the driver's environment on to its workers.
 Values already set by the user win (``setdefault``).
 """
 
@@ -25,13 +25,6 @@ QUIET_DEFAULTS = {
     "RAY_USAGE_STATS_ENABLED": "0",
     "PYTHONUNBUFFERED": "1",
 }
-
-#: Variables a TensorFlow worker must see before TensorFlow is imported (also sent as the workers' runtime env).
-TF_WORKER_ENV = {
-    "TF_USE_LEGACY_KERAS": "1",
-    "TF_CPP_MIN_LOG_LEVEL": "2",
-}
-
 
 def apply_quiet_defaults() -> None:
     for key, value in QUIET_DEFAULTS.items():

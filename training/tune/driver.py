@@ -1,7 +1,7 @@
 """``mode: tune``: a Ray Tune search over the framework trainers; one result JSON and a per-trial CSV.
 
 Called by :mod:`training.runner` inside its Ray session, after the spec (``tuneConfig`` included,
-:mod:`training.tune_spec`) has been validated and the trainer function and data checked. Before any trial starts it
+:mod:`training.job.search`) has been validated and the trainer function and data checked. Before any trial starts it
 checks that one trial fits the cluster, and how many fit at once. The experiment folder is
 ``<storage>/<name>/`` (Tune's ``experiment_state``, one ``trial-NNN`` folder per trial with its checkpoints,
 ``trials.csv`` and ``result.json``); ``--resume`` continues an interrupted experiment from there.
@@ -18,11 +18,12 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from training import storage, tune_events
 from training.errors import ResourceError, SpecError
-from training.faults import NO_HOOKS, TestHooks
-from training.job import Job, SearchParam, Tune, Workers, thaw
-from training.tune_events import say
+from training.job.parts import Job, SearchParam, Tune, Workers, thaw
+from training.runtime import storage
+from training.runtime.faults import NO_HOOKS, TestHooks
+from training.tune import events
+from training.tune.events import say
 
 #: A trial's own process needs some resource for Ray to place it; a train-runner trial only drives its Ray Train
 #: run, so by default it asks for no CPU and this much memory.
@@ -116,7 +117,7 @@ def trial_resources(tcfg: Tune, workers: Workers) -> tuple[dict[str, float], dic
 
 def check_trial_fits(tcfg: Tune, workers: Workers) -> int:
     """Fail before any trial unless one trial fits the cluster; return how many fit at once."""
-    from training.cluster import check_resources, describe, fits, node_totals
+    from training.runtime.cluster import check_resources, describe, fits, node_totals
 
     own, total = trial_resources(tcfg, workers)
     totals = node_totals()
@@ -156,7 +157,7 @@ def _announce(job: Job, restoring: bool, concurrent: int, fit_at_once: int) -> N
 def _trainable(job: Job, user_fn: Callable | None, hooks: TestHooks):
     from ray import tune
 
-    from training.tune_trial import local_trial, train_trial
+    from training.tune.trial import local_trial, train_trial
 
     own, _ = trial_resources(job.tune, job.workers)
     fn = local_trial if job.tune.trial_runner == "local" else train_trial
@@ -180,7 +181,7 @@ def _new_tuner(job: Job, trainable, concurrent: int):
             num_samples=tcfg.num_samples, reuse_actors=False,
             # The same seed samples the same configs (ASHA and FIFO of bench-tune see the same trials).
             search_alg=BasicVariantGenerator(max_concurrent=concurrent, random_state=tcfg.seed),
-            trial_dirname_creator=lambda t: f"trial-{tune_events.trial_index(t.trial_id):03d}",
+            trial_dirname_creator=lambda t: f"trial-{events.trial_index(t.trial_id):03d}",
         ),
         run_config=tune.RunConfig(
             name=job.name, storage_path=job.checkpoint.storage_path, verbose=0,
@@ -191,7 +192,7 @@ def _new_tuner(job: Job, trainable, concurrent: int):
                                                     checkpoint_score_attribute=tcfg.metric,
                                                     checkpoint_score_order=tcfg.mode),
             # Tune pickles these with the experiment; restored, they read this run's settings (tune_events).
-            callbacks=[tune_events.Progress(job.name)], stop=tune_events.Abort(job.name),
+            callbacks=[events.Progress(job.name)], stop=events.Abort(job.name),
         ),
     )
 
@@ -202,7 +203,7 @@ def run_experiment(job: Job, user_fn: Callable | None, cluster: dict, *, resume:
     code, seconds in Tuner.fit)."""
     from ray import tune
 
-    from training.tune_summary import summarize
+    from training.tune.summary import summarize
 
     tcfg = job.tune
     if job.checkpoint.every_epochs != 1:
@@ -214,9 +215,9 @@ def run_experiment(job: Job, user_fn: Callable | None, cluster: dict, *, resume:
     restoring = resume  # check_resume found the experiment before Ray's session began
     _announce(job, restoring, concurrent, fit_at_once)
     trainable = _trainable(job, user_fn, hooks)
-    search = tune_events.begin(tune_events.SearchState(
+    search = events.begin(events.SearchState(
         name=job.name, metric=tcfg.metric, epochs=job.training.epochs, scheduler=tcfg.scheduler,
-        journal=tune_events.Journal(job.run_path), interrupt_after=hooks.interrupt_after_trials))
+        journal=events.Journal(job.run_path), interrupt_after=hooks.interrupt_after_trials))
     try:
         if restoring:
             fs, path = storage.filesystem(job.run_path)
@@ -232,7 +233,7 @@ def run_experiment(job: Job, user_fn: Callable | None, cluster: dict, *, resume:
             grid = tuner.fit()
         fit_s = time.time() - t0
     finally:
-        tune_events.end(job.name)
+        events.end(job.name)
     result, code = summarize(job, grid, search, cluster, fit_s)
     result["results"]["resumed"] = bool(restoring)
     result["results"]["maxConcurrentTrials"] = int(concurrent)

@@ -20,7 +20,7 @@ import signal
 import sys
 from typing import Any
 
-from training import storage
+from training.runtime import storage
 
 JOURNAL_FILE = "trial-events.json"
 

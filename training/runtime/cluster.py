@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from training.errors import ClusterConnectError, ResourceError
-from training.job import Workers
+from training.job.parts import Workers
 
 #: Ray's own resource names for what the spec calls cpu / gpu.
 CPU, GPU = "CPU", "GPU"
@@ -23,7 +23,7 @@ def export_import_path() -> None:
     """A local Ray's workers inherit the driver's environment: put this package's parent folder and the current
     folder on their PYTHONPATH so they import ``training`` (and ``package.module`` trainers) from the same checkout.
     On a cluster the package is installed in the image instead."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     for extra in (os.getcwd(), root):
         if extra not in paths:

@@ -8,10 +8,13 @@ the images flattened to pixel features. An "epoch" is one boosting round; the bo
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.errors import CheckpointError
-from training.worker import WorkerContext
+from training.frameworks.base import Framework
+
+if TYPE_CHECKING:
+    from training.runtime.worker import WorkerContext
 
 MODEL_FILE = "model.ubj"
 
@@ -75,3 +78,17 @@ def train(ctx: WorkerContext) -> None:
         if booster is None:
             raise CheckpointError("no epochs to train and no model to evaluate")
         ctx.record_evaluation(evaluate())
+
+
+# ---------------------------------------------------------------- under Ray Train
+
+def ray_trainer(run_worker, job, **common):
+    from ray.train.xgboost import XGBoostTrainer
+
+    return XGBoostTrainer(run_worker, **common)
+
+
+FRAMEWORK = Framework(
+    name="xgboost", epochs=50, batch_size=64, lr=0.3,
+    metrics=("loss", "accuracy", "val_loss", "val_accuracy", "trees"),
+    loop=train, ray_trainer=ray_trainer, builtin_model=False, params_block="xgboost")

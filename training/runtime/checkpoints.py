@@ -15,8 +15,8 @@ import os
 import time
 from typing import Any
 
-from training import storage
 from training.errors import CheckpointError
+from training.runtime import storage
 
 META_FILE = "training_checkpoint.json"
 FORMAT_VERSION = 1

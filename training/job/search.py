@@ -1,6 +1,6 @@
 """``tuneConfig`` of a ``mode: tune`` spec: what the schema cannot check, and the normalized form the driver uses.
 
-Runs before Ray is imported (called from :func:`training.spec.validate_spec` and :func:`training.spec.normalize`),
+Runs before Ray is imported (called from :func:`training.job.checks.semantic_checks` and :func:`training.job.defaults.normalize`),
 so every bad search space, scheduler option or metric is reported before any trial starts, naming the field.
 
 Search-space keys name trainConfig fields:
@@ -22,29 +22,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from training.errors import SpecError
-from training.job import SearchParam, Training, Tune, Workers, freeze
+from training.frameworks import registry
+from training.job.parts import SearchParam, Training, Tune, Workers, freeze
 
-#: What the built-in loops report every epoch (training/train_*.py through WorkerContext.report).
-BUILTIN_METRICS = {
-    "pytorch": ("loss", "accuracy", "val_loss", "val_accuracy", "samples", "steps", "epoch", "epoch_time_s"),
-    "tensorflow": ("loss", "accuracy", "val_loss", "val_accuracy", "samples", "steps", "epoch", "epoch_time_s"),
-    "xgboost": ("loss", "accuracy", "val_loss", "val_accuracy", "trees", "epoch", "epoch_time_s"),
-}
 #: Filled in by Tune itself for every report.
 TUNE_METRICS = ("training_iteration", "time_total_s", "time_this_iter_s")
 
-# key -> (kind, lower bound, lower inclusive, upper bound, frameworks or None for all built-in ones)
+# key -> (kind, lower bound, lower inclusive, upper bound); model.* only for a framework with the built-in CNN
 _INF = math.inf
 TOP_KEYS = {
-    "lr": ("float", 0.0, False, _INF, None),
-    "batchSize": ("int", 1, True, _INF, None),
-    "seed": ("int", 0, True, _INF, None),
+    "lr": ("float", 0.0, False, _INF),
+    "batchSize": ("int", 1, True, _INF),
+    "seed": ("int", 0, True, _INF),
 }
 MODEL_KEYS = {
-    "model.filters": ("intlist", 1, True, _INF, ("pytorch", "tensorflow")),
-    "model.dense": ("int", 1, True, _INF, ("pytorch", "tensorflow")),
-    "model.convDropout": ("float", 0.0, True, 0.95, ("pytorch", "tensorflow")),
-    "model.denseDropout": ("float", 0.0, True, 0.95, ("pytorch", "tensorflow")),
+    "model.filters": ("intlist", 1, True, _INF),
+    "model.dense": ("int", 1, True, _INF),
+    "model.convDropout": ("float", 0.0, True, 0.95),
+    "model.denseDropout": ("float", 0.0, True, 0.95),
 }
 
 DEFAULT_KEEP_CHECKPOINTS = 2
@@ -64,29 +59,32 @@ def _is_num(v: Any) -> bool:
 
 def target_of(key: str, framework: str, user_trainer: bool, field: str) -> tuple[str, tuple]:
     """The job path a search-space key sets, and its (kind, bounds); ``SpecError`` when the trainer has no such knob."""
+    fw = registry.get(framework)
+    own = {f.params_block for f in registry.FRAMEWORKS.values() if f.params_block}  # xgboost.<param>
+    head, _, rest = key.partition(".")
     if key in TOP_KEYS:
         return key, TOP_KEYS[key]
     if key in MODEL_KEYS and not user_trainer:
-        info = MODEL_KEYS[key]
-        if framework not in info[4]:
-            raise _err(f"{key} belongs to the built-in CNN (pytorch, tensorflow), not to the {framework} trainer", field)
-        return key, info
-    if key.startswith("xgboost.") and len(key) > len("xgboost.") and not user_trainer:
-        if framework != "xgboost":
-            raise _err(f"{key} is an xgboost parameter but trainConfig.framework is {framework}", field)
-        return key, ("any", None, True, None, None)
+        if not fw.builtin_model:
+            cnn = ", ".join(f.name for f in registry.FRAMEWORKS.values() if f.builtin_model)
+            raise _err(f"{key} belongs to the built-in CNN ({cnn}), not to the {framework} trainer", field)
+        return key, MODEL_KEYS[key]
+    if head in own and rest and not user_trainer:
+        if fw.params_block != head:
+            raise _err(f"{key} is an {head} parameter but trainConfig.framework is {framework}", field)
+        return key, ("any", None, True, None)
     if key.startswith("params.") and len(key) > len("params."):
         if not user_trainer:
             raise _err(f"{key} is read by a user trainer (trainConfig.trainerPath); the built-in {framework} "
                        "trainer has no params", field)
-        return key, ("any", None, True, None, None)
+        return key, ("any", None, True, None)
     if user_trainer and "." not in key:
-        return "params." + key, ("any", None, True, None, None)
+        return "params." + key, ("any", None, True, None)
     allowed = ["lr", "batchSize", "seed"]
-    if framework in ("pytorch", "tensorflow"):
+    if fw.builtin_model:
         allowed += list(MODEL_KEYS)
-    if framework == "xgboost":
-        allowed.append("xgboost.<param>")
+    if fw.params_block:
+        allowed.append(f"{fw.params_block}.<param>")
     raise _err(f"{key!r} is not a hyperparameter of the built-in {framework} trainer; tune one of "
                f"{', '.join(allowed)} (or use trainConfig.trainerPath and params.<name>)", field)
 
@@ -110,7 +108,7 @@ def _check_value(v: Any, kind: str, lo, lo_incl: bool, hi, field: str, key: str)
 
 def check_distribution(key: str, dist: Mapping[str, Any], info: tuple, field: str) -> None:
     """Value checks for one search-space entry (the schema has already checked its shape)."""
-    kind, lo, lo_incl, hi, _ = info
+    kind, lo, lo_incl, hi = info
     t = dist["type"]
     takes = {"loguniform": ("min", "max"), "uniform": ("min", "max"), "quniform": ("min", "max", "q"),
              "randint": ("min", "max"), "choice": ("values",), "grid": ("values",)}[t]
@@ -150,7 +148,7 @@ def check_distribution(key: str, dist: Mapping[str, Any], info: tuple, field: st
 
 
 def framework_of(spec: Mapping[str, Any]) -> str:
-    return (spec.get("trainConfig") or {}).get("framework") or "pytorch"
+    return (spec.get("trainConfig") or {}).get("framework") or registry.DEFAULT
 
 
 def semantic_checks(spec: Mapping[str, Any]) -> None:
@@ -177,11 +175,11 @@ def semantic_checks(spec: Mapping[str, Any]) -> None:
                        " (what the trainer reports, e.g. val_loss)"), f"tuneConfig.{name}")
     metric = tc["metric"]
     if not user_trainer:
-        reported = BUILTIN_METRICS[framework] + TUNE_METRICS
-        if metric not in reported:
+        reported = registry.get(framework).reported
+        if metric not in reported + TUNE_METRICS:
             raise _err(f"the built-in {framework} trainer never reports {metric!r}; it reports "
-                       f"{', '.join(BUILTIN_METRICS[framework])}", "tuneConfig.metric")
-    _check_scheduler(tc, space, int(train.get("epochs", 50 if framework == "xgboost" else 5)))
+                       f"{', '.join(reported)}", "tuneConfig.metric")
+    _check_scheduler(tc, space, int(train.get("epochs", registry.get(framework).epochs)))
     cfg = spec.get("config") or {}
     sc = train.get("scalingConfig") or {}
     workers = int(sc.get("numWorkers", cfg.get("numWorkers", 1)))

@@ -1,6 +1,6 @@
 """Where a worker's reports, checkpoints, rank and device come from: a Ray Train worker, or a Tune trial's own process.
 
-The training loops never call Ray themselves: :class:`training.worker.WorkerContext` asks one of these two sessions,
+The training loops never call Ray themselves: :class:`training.runtime.worker.WorkerContext` asks one of these two sessions,
 both written against Ray's public API only.
 
 * :class:`RayTrainSession` -- a Ray Train worker (``mode: train``, and each worker of a ``trialRunner: train``

@@ -3,8 +3,8 @@
 Two trial runners (``tuneConfig.trialRunner``; see docs/training.md, "Hyperparameter search", for the choice):
 
 * ``local`` -- the trial's own process runs the trainer function (``training/train_*.py`` or the user's) as a
-  one-worker job, through a :class:`training.worker.WorkerContext` whose session is the Tune trial
-  (:class:`training.sessions.TuneTrialSession`): each epoch's report is ``tune.report`` with the checkpoint, and a
+  one-worker job, through a :class:`training.runtime.worker.WorkerContext` whose session is the Tune trial
+  (:class:`training.runtime.sessions.TuneTrialSession`): each epoch's report is ``tune.report`` with the checkpoint, and a
   retried, resumed or PBT-exploited trial starts from the checkpoint ``tune.get_checkpoint()`` hands back.
 * ``train`` -- the trial builds the framework's Ray Train trainer (the same as ``mode: train``) for
   ``config.numWorkers`` workers and runs ``fit()`` in a thread; a Ray Train ``UserCallback`` in the Train
@@ -26,10 +26,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from training import checkpointing, storage
-from training.faults import NO_HOOKS, TestHooks
-from training.job import Job, Training
-from training.tune_events import trial_index
+from training.job.parts import Job, Training
+from training.runtime import storage
+from training.runtime.faults import NO_HOOKS, TestHooks
+from training.tune.events import trial_index
 
 
 class MetricNotReported(ValueError):
@@ -51,28 +51,15 @@ def trial_job(base: Job, config: dict[str, Any], trial_id: str) -> Job:
 
 
 def restore_copy(checkpoint, training: Training) -> str:
-    """A local, writable copy of the trial's Tune checkpoint, with the trial's config applied where a checkpoint
-    would override it: PyTorch's saved optimizer state carries the old learning rate, so after a PBT exploit the
-    copy's ``param_groups[*].lr`` is set to the trial's ``lr`` (and the manifest's SHA-256 rewritten)."""
+    """A local, writable copy of the trial's Tune checkpoint, with the trial's config applied where a built-in
+    checkpoint would override it (the framework's ``adjust_restored``: PyTorch's optimizer state carries the old
+    learning rate, so after a PBT exploit the copy trains with the trial's ``lr``)."""
+    from training.frameworks import registry
+
     local = checkpoint.to_directory(tempfile.mkdtemp(prefix="training-tune-restore-"))
-    lr = training.lr
-    if training.framework == "pytorch" and not training.trainer_path:
-        from training.train_torch import MODEL_FILE
-
-        path = os.path.join(local, MODEL_FILE)
-        if os.path.exists(path):
-            import torch
-
-            meta = checkpointing.verify_local(local, "pytorch")
-            state = torch.load(path, map_location="cpu", weights_only=True)
-            groups = state.get("optimizer", {}).get("param_groups", [])
-            if any(abs(g.get("lr", lr) - lr) > 1e-15 for g in groups):
-                for g in groups:
-                    g["lr"] = lr
-                torch.save(state, path)
-                checkpointing.write_manifest(local, epoch=meta["epoch"], framework=meta["framework"],
-                                             history=meta.get("history") or [], metrics=meta.get("metrics") or {},
-                                             extra={**(meta.get("extra") or {}), "lrSetOnRestore": lr})
+    adjust = registry.get(training.framework).adjust_restored
+    if adjust is not None and not training.trainer_path:
+        adjust(local, training)
     return local
 
 
@@ -90,9 +77,9 @@ def local_trial(config: dict[str, Any], base_job: Job = None, user_fn: Callable 
     """Tune function trainable, ``trialRunner: local``: the trainer as a one-worker job in this process."""
     from ray import tune
 
-    from training.sessions import TuneTrialSession
-    from training.trainers import builtin_trainer
-    from training.worker import WorkerContext, run_with
+    from training.frameworks import registry
+    from training.runtime.sessions import TuneTrialSession
+    from training.runtime.worker import WorkerContext, run_with
 
     ctx = tune.get_context()
     trial_dir = ctx.get_trial_dir()
@@ -104,8 +91,10 @@ def local_trial(config: dict[str, Any], base_job: Job = None, user_fn: Callable 
     metric = base_job.tune.metric
     session = TuneTrialSession(restored_dir, job.workers.use_gpu, check_metrics=lambda m: _check_metric(m, metric))
     try:
-        worker = WorkerContext(job, session, hooks.for_trial(trial_index(ctx.get_trial_id()), trial_dir))
-        run_with(worker, user_fn or builtin_trainer(job.training.framework), user=user_fn is not None)
+        framework = registry.get(job.training.framework)
+        worker = WorkerContext(job, session, hooks.for_trial(trial_index(ctx.get_trial_id()), trial_dir),
+                               worker_env=framework.worker_env)
+        run_with(worker, user_fn or framework.loop, user=user_fn is not None)
     finally:
         if restored_dir:
             shutil.rmtree(restored_dir, ignore_errors=True)
@@ -155,7 +144,7 @@ def train_trial(config: dict[str, Any], base_job: Job = None, user_fn: Callable 
     from ray import tune
     from ray.util.queue import Queue
 
-    from training.trainers import build_trainer, health_check_settings
+    from training.frameworks.trainer import build_trainer, health_check_settings
 
     ctx = tune.get_context()
     trial_dir = ctx.get_trial_dir()
@@ -181,7 +170,7 @@ def _fit_forwarding(trainer, queue, metric: str, max_failures: int) -> None:
     from ray import tune
     from ray.util.queue import Empty
 
-    from training import failures
+    from training.runtime import failures
 
     outcome: dict[str, Any] = {}
 

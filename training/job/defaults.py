@@ -1,0 +1,131 @@
+"""A validated spec with every default filled in: the typed, immutable :class:`training.job.parts.Job`."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from training.frameworks import registry
+from training.frameworks.base import Framework
+from training.job.load import DEFAULT_STORAGE, STORAGE_ENV, load_spec_file, validate_spec
+from training.job.parts import Checkpoint, Data, Job, Model, Training, Workers, freeze
+
+
+def _abs_storage(path: str, base: Path | None = None) -> str:
+    """Local paths become absolute; URIs (s3://, gs://, file://...) stay as they are."""
+    if "://" in path:
+        return path
+    p = Path(os.path.expanduser(path))
+    if not p.is_absolute():
+        p = (base or Path.cwd()) / p
+    return str(p.resolve())
+
+
+def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Job:
+    """A validated spec with every default filled in: the typed, immutable job the driver and every worker use."""
+    environ = os.environ if environ is None else environ
+    tc = spec.get("trainConfig", {}) or {}
+    mode = spec["mode"]
+    training = _training(tc, registry.get(tc.get("framework") or registry.DEFAULT))
+    job = Job(
+        name=spec.get("name") or "",
+        name_source="spec" if spec.get("name") else "derived",
+        mode=mode,
+        workers=_workers(spec.get("config", {}) or {}, tc.get("scalingConfig", {}) or {}),
+        training=training,
+        data=data_block(spec.get("data", {}) or {}),
+        checkpoint=_checkpoint(spec.get("checkpoint", {}) or {}, environ),
+    )
+    if mode == "tune":
+        from training.job.search import normalize_tune
+
+        job = dataclasses.replace(job, tune=normalize_tune(spec.get("tuneConfig") or {}, job.training, job.workers))
+    if not job.name:
+        from training.job.identity import derived_name
+
+        job = dataclasses.replace(job, name=derived_name(job))
+    return job
+
+
+def _given(block: Mapping[str, Any], fields: Mapping[str, tuple[str, Callable[[Any], Any]]]) -> dict[str, Any]:
+    """The fields a spec block writes, converted (``{specKey: (field, convert)}``): what it leaves out takes the
+    typed job's own default, which is written once, on its dataclass."""
+    return {name: convert(block[key]) for key, (name, convert) in fields.items() if key in block}
+
+
+def _workers(cfg: Mapping[str, Any], sc: Mapping[str, Any]) -> Workers:
+    """How many workers and what each holds: ``trainConfig.scalingConfig`` over ``config``."""
+    rpw = {**(cfg.get("resourcesPerWorker") or {}), **(sc.get("resourcesPerWorker") or {})}
+    use_gpu = bool(sc.get("useGpu", cfg.get("useGpu", False))) or float(rpw.get("gpu", 0) or 0) > 0
+    workers = sc.get("numWorkers", cfg.get("numWorkers", Workers.count))
+    elastic = isinstance(workers, dict)
+    return Workers(
+        count=int(workers["max"] if elastic else workers),
+        min_count=int(workers["min"]) if elastic else None,
+        use_gpu=use_gpu,
+        gpu=float(rpw.get("gpu", 1 if use_gpu else 0)),
+        health_check=freeze(cfg.get("healthCheck") or {}),
+        written_in=freeze({key: "trainConfig.scalingConfig" if key in sc else "config"
+                           for key in ("numWorkers", "useGpu") if key in sc or key in cfg}),
+        **_given(rpw, {"cpu": ("cpu", float)}),
+        **_given(sc, {"placementStrategy": ("placement_strategy", str)}),
+        **_given(cfg, {"resourceWaitSeconds": ("resource_wait_s", float)}),
+    )
+
+
+def _training(tc: Mapping[str, Any], framework: Framework) -> Training:
+    """What is trained and how: the framework's defaults under ``trainConfig``."""
+    timeout = tc.get("collectiveTimeoutSeconds")
+    return Training(
+        framework=framework.name,
+        trainer_path=tc.get("trainerPath"),
+        epochs=int(tc.get("epochs", framework.epochs)),
+        batch_size=int(tc.get("batchSize", framework.batch_size)),
+        lr=float(tc.get("lr", framework.lr)),
+        model=Model(**_given(tc.get("model") or {}, {
+            "filters": ("filters", tuple), "dense": ("dense", int), "convDropout": ("conv_dropout", float),
+            "denseDropout": ("dense_dropout", float)})),
+        xgboost=freeze(tc.get("xgboost") or {}),
+        params=freeze(tc.get("params") or {}),
+        collective_timeout_s=int(timeout) if timeout else None,
+        builtin_model=framework.builtin_model and not tc.get("trainerPath"),
+        params_block=framework.params_block,
+        **_given(tc, {"seed": ("seed", int)}),
+    )
+
+
+def data_block(data: Mapping[str, Any]) -> Data:
+    """A spec's ``data`` block (validated) with its defaults, as the data loaders take it."""
+    return Data(**_given(data, {
+        "source": ("source", str), "path": ("path", lambda p: _abs_storage(p) if p else None),
+        "validationFraction": ("validation_fraction", float), "maxTrainSamples": ("max_train_samples", _same),
+        "maxValSamples": ("max_val_samples", _same), "numSamples": ("num_samples", int),
+        "verifyOnDriver": ("verify_on_driver", bool)}))
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _checkpoint(ck: Mapping[str, Any], environ: Mapping[str, str]) -> Checkpoint:
+    """Where checkpoints go (the spec, else $TRAINING_STORAGE_PATH, else the default folder) and how many stay."""
+    storage = ck.get("storagePath") or environ.get(STORAGE_ENV) or DEFAULT_STORAGE
+    resume_from = ck.get("resumeFrom")
+    return Checkpoint(
+        storage_path=_abs_storage(storage),
+        storage_source="spec" if ck.get("storagePath") else (STORAGE_ENV if environ.get(STORAGE_ENV) else "default"),
+        resume_from=_abs_storage(resume_from) if resume_from else None,
+        **_given(ck, {"everyEpochs": ("every_epochs", int), "keepBest": ("keep_best", _same),
+                      "metric": ("metric", _same), "metricMode": ("metric_mode", _same),
+                      "maxFailures": ("max_failures", int)}),
+    )
+
+
+def load_job(path: str | os.PathLike, environ: Mapping[str, str] | None = None) -> Job:
+    """Load, validate and normalize a spec file."""
+    spec = load_spec_file(path)
+    validate_spec(spec)
+    return normalize(spec, environ)
