@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "validate":
         from training.errors import SpecError
-        from training.job.defaults import load_job
+        from training.job.build import load_job
 
         bad = 0
         for path in args.specs:

@@ -19,15 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from training.errors import CheckpointError, SpecError, TrainingJobError
-from training.job.defaults import normalize
-from training.job.load import (
-    DEFAULT_STORAGE,
-    INVALID_SPEC_NAME,
-    NAME_PATTERN,
-    STORAGE_ENV,
-    load_spec_file,
-    validate_spec,
-)
+from training.job.build import build
+from training.job.defaults import DEFAULT_STORAGE, STORAGE_ENV
+from training.job.load import INVALID_SPEC_NAME, NAME_PATTERN, apply_overrides, load_spec_file
 from training.job.parts import Job
 from training.result import clean, default_result_path, error_result, validate_result, write_result
 from training.runtime import checkpoints, faults, storage
@@ -84,11 +78,8 @@ def load(spec_path: str, environ, name: str | None, sets: list[str] | None, num_
     """The validated, normalized job of a spec file, with the command line's overrides."""
     raw = load_spec_file(spec_path)
     if sets or num_samples is not None:
-        from training.job.search import apply_overrides
-
         say(f"spec overrides: {', '.join(apply_overrides(raw, sets, num_samples))}")
-    validate_spec(raw)
-    job = normalize(raw, environ)
+    job = build(raw, environ)
     if name:
         if not re.fullmatch(NAME_PATTERN, name):
             raise SpecError(f"--name {name!r} must match {NAME_PATTERN}", field="name")

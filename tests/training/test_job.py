@@ -82,3 +82,39 @@ def test_freeze_and_thaw_round_trip():
     frozen = freeze(value)
     assert isinstance(frozen, FrozenMap) and frozen["a"][1]["b"] == (2, 3)
     assert thaw(frozen) == value
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow", "xgboost"])
+def test_what_a_spec_leaves_out_takes_the_one_default_written_on_the_job(framework):
+    """The parser writes no default of its own: a spec that says only what it must gets the dataclasses' defaults,
+    and its framework's (from the registry)."""
+    from training.frameworks import registry
+    from training.job.parts import Checkpoint, Data, Model, Training, Workers
+
+    job = job_of({"mode": "train", "config": {}, "trainConfig": {"framework": framework}})
+    fw = registry.get(framework)
+    assert (job.training.epochs, job.training.batch_size, job.training.lr) == (fw.epochs, fw.batch_size, fw.lr)
+    assert job.training.seed == Training.seed and job.training.model == Model() and job.data == Data()
+    default_workers = Workers()
+    assert (job.workers.count, job.workers.cpu, job.workers.gpu, job.workers.placement_strategy,
+            job.workers.resource_wait_s) == (default_workers.count, default_workers.cpu, default_workers.gpu,
+                                             default_workers.placement_strategy, default_workers.resource_wait_s)
+    default_ck = Checkpoint(storage_path="")
+    assert (job.checkpoint.every_epochs, job.checkpoint.keep_best, job.checkpoint.metric, job.checkpoint.metric_mode,
+            job.checkpoint.max_failures) == (default_ck.every_epochs, default_ck.keep_best, default_ck.metric,
+                                             default_ck.metric_mode, default_ck.max_failures)
+
+
+@pytest.mark.parametrize("block", ["config", "trainConfig.scalingConfig"])
+def test_a_check_on_the_typed_job_names_the_block_the_user_wrote(block):
+    from training.errors import SpecError
+
+    spec = digits_spec("elastic", "pytorch")
+    workers = {"numWorkers": {"min": 3, "max": 2}}
+    if block == "config":
+        spec["config"].update(workers)
+    else:
+        spec["trainConfig"]["scalingConfig"] = workers
+    with pytest.raises(SpecError) as err:
+        validate_spec(spec)
+    assert err.value.field == f"{block}.numWorkers" and "min 3 is above max 2" in str(err.value)

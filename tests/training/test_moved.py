@@ -34,7 +34,7 @@ def test_the_old_names_are_the_same_objects_loaded_once():
              "from training.job import Job as old\n"
              "import training.job.parts as parts\n"
              "import training.spec as spec, training.job as job\n"
-             "assert spec is job and spec.load_job is job.defaults.load_job\n"
+             "assert spec is job and spec.load_job is job.build.load_job\n"
              "from training.tune_events import Progress\n"
              "import training.tune.events as events\n"
              "assert old is parts.Job and Progress is events.Progress\n"

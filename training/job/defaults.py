@@ -1,17 +1,22 @@
-"""A validated spec with every default filled in: the typed, immutable :class:`training.job.parts.Job`."""
+"""A spec the schema has passed, with every default filled in: the typed, immutable :class:`training.job.parts.Job`.
+A default is written once, on the job's dataclasses (a framework's own, on its registry entry); what the spec leaves
+out takes it (:func:`training.job.parts.given`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from training.frameworks import registry
 from training.frameworks.base import Framework
-from training.job.load import DEFAULT_STORAGE, STORAGE_ENV, load_spec_file, validate_spec
-from training.job.parts import Checkpoint, Data, Job, Model, Training, Workers, freeze
+from training.job.parts import Checkpoint, Data, Job, Model, Training, Workers, freeze, given
+
+#: Environment variable with the default storage path (the RayJob chart sets it to the checkpoint PVC mount).
+STORAGE_ENV = "TRAINING_STORAGE_PATH"
+DEFAULT_STORAGE = "results/training"
 
 
 def _abs_storage(path: str, base: Path | None = None) -> str:
@@ -50,12 +55,6 @@ def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None)
     return job
 
 
-def _given(block: Mapping[str, Any], fields: Mapping[str, tuple[str, Callable[[Any], Any]]]) -> dict[str, Any]:
-    """The fields a spec block writes, converted (``{specKey: (field, convert)}``): what it leaves out takes the
-    typed job's own default, which is written once, on its dataclass."""
-    return {name: convert(block[key]) for key, (name, convert) in fields.items() if key in block}
-
-
 def _workers(cfg: Mapping[str, Any], sc: Mapping[str, Any]) -> Workers:
     """How many workers and what each holds: ``trainConfig.scalingConfig`` over ``config``."""
     rpw = {**(cfg.get("resourcesPerWorker") or {}), **(sc.get("resourcesPerWorker") or {})}
@@ -70,9 +69,9 @@ def _workers(cfg: Mapping[str, Any], sc: Mapping[str, Any]) -> Workers:
         health_check=freeze(cfg.get("healthCheck") or {}),
         written_in=freeze({key: "trainConfig.scalingConfig" if key in sc else "config"
                            for key in ("numWorkers", "useGpu") if key in sc or key in cfg}),
-        **_given(rpw, {"cpu": ("cpu", float)}),
-        **_given(sc, {"placementStrategy": ("placement_strategy", str)}),
-        **_given(cfg, {"resourceWaitSeconds": ("resource_wait_s", float)}),
+        **given(rpw, {"cpu": ("cpu", float)}),
+        **given(sc, {"placementStrategy": ("placement_strategy", str)}),
+        **given(cfg, {"resourceWaitSeconds": ("resource_wait_s", float)}),
     )
 
 
@@ -85,7 +84,7 @@ def _training(tc: Mapping[str, Any], framework: Framework) -> Training:
         epochs=int(tc.get("epochs", framework.epochs)),
         batch_size=int(tc.get("batchSize", framework.batch_size)),
         lr=float(tc.get("lr", framework.lr)),
-        model=Model(**_given(tc.get("model") or {}, {
+        model=Model(**given(tc.get("model") or {}, {
             "filters": ("filters", tuple), "dense": ("dense", int), "convDropout": ("conv_dropout", float),
             "denseDropout": ("dense_dropout", float)})),
         xgboost=freeze(tc.get("xgboost") or {}),
@@ -93,21 +92,18 @@ def _training(tc: Mapping[str, Any], framework: Framework) -> Training:
         collective_timeout_s=int(timeout) if timeout else None,
         builtin_model=framework.builtin_model and not tc.get("trainerPath"),
         params_block=framework.params_block,
-        **_given(tc, {"seed": ("seed", int)}),
+        **given(tc, {"seed": ("seed", int)}),
     )
 
 
 def data_block(data: Mapping[str, Any]) -> Data:
     """A spec's ``data`` block (validated) with its defaults, as the data loaders take it."""
-    return Data(**_given(data, {
+    return Data(**given(data, {
         "source": ("source", str), "path": ("path", lambda p: _abs_storage(p) if p else None),
-        "validationFraction": ("validation_fraction", float), "maxTrainSamples": ("max_train_samples", _same),
-        "maxValSamples": ("max_val_samples", _same), "numSamples": ("num_samples", int),
+        "validationFraction": ("validation_fraction", float), "maxTrainSamples": ("max_train_samples", None),
+        "maxValSamples": ("max_val_samples", None), "numSamples": ("num_samples", int),
         "verifyOnDriver": ("verify_on_driver", bool)}))
 
-
-def _same(value: Any) -> Any:
-    return value
 
 
 def _checkpoint(ck: Mapping[str, Any], environ: Mapping[str, str]) -> Checkpoint:
@@ -118,14 +114,7 @@ def _checkpoint(ck: Mapping[str, Any], environ: Mapping[str, str]) -> Checkpoint
         storage_path=_abs_storage(storage),
         storage_source="spec" if ck.get("storagePath") else (STORAGE_ENV if environ.get(STORAGE_ENV) else "default"),
         resume_from=_abs_storage(resume_from) if resume_from else None,
-        **_given(ck, {"everyEpochs": ("every_epochs", int), "keepBest": ("keep_best", _same),
-                      "metric": ("metric", _same), "metricMode": ("metric_mode", _same),
+        **given(ck, {"everyEpochs": ("every_epochs", int), "keepBest": ("keep_best", None),
+                      "metric": ("metric", None), "metricMode": ("metric_mode", None),
                       "maxFailures": ("max_failures", int)}),
     )
-
-
-def load_job(path: str | os.PathLike, environ: Mapping[str, str] | None = None) -> Job:
-    """Load, validate and normalize a spec file."""
-    spec = load_spec_file(path)
-    validate_spec(spec)
-    return normalize(spec, environ)

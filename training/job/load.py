@@ -1,5 +1,5 @@
-"""A spec's text: read (YAML or JSON) and held against ``schema/job-spec.schema.json``, then the checks the schema
-cannot say (:mod:`training.job.checks`). Everything here runs before Ray is imported, so a bad spec is rejected in
+"""A spec's text: read (YAML or JSON), the command line's overrides applied, and held against
+``schema/job-spec.schema.json``. Everything in training/job/ runs before Ray is imported, so a bad spec is rejected in
 well under a second, naming the field.
 """
 
@@ -17,9 +17,6 @@ SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schema"
 JOB_SPEC_SCHEMA = SCHEMA_DIR / "job-spec.schema.json"
 RESULT_SCHEMA = SCHEMA_DIR / "result.schema.json"
 
-#: Environment variable with the default storage path (the RayJob chart sets it to the checkpoint PVC mount).
-STORAGE_ENV = "TRAINING_STORAGE_PATH"
-DEFAULT_STORAGE = "results/training"
 #: Where the error result of a spec too broken to name its run goes (under the storage path).
 INVALID_SPEC_NAME = "invalid-spec"
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}"  # also in schema/job-spec.schema.json
@@ -53,8 +50,8 @@ def load_spec_file(path: str | os.PathLike) -> dict:
     return data
 
 
-def validate_spec(spec: Mapping[str, Any]) -> None:
-    """Raise ``SpecError`` naming the first offending field (all problems are listed in ``details``)."""
+def check_schema(spec: Mapping[str, Any]) -> None:
+    """Raise ``SpecError`` naming the first field the schema refuses (all problems are listed in ``details``)."""
     import jsonschema
 
     from schema_messages import error_field, explain, field_path, leaves
@@ -69,6 +66,42 @@ def validate_spec(spec: Mapping[str, Any]) -> None:
             field=problems[0][0],
             details="\n".join(lines),
         )
-    from training.job.checks import semantic_checks
 
-    semantic_checks(spec)
+
+def apply_overrides(spec: dict[str, Any], sets: list[str] | None = None, num_samples: int | None = None) -> list[str]:
+    """``--set a.b=value`` (value parsed as YAML) and ``--num-samples N`` on a raw spec, before validation.
+    Returns what was changed, for the log and the result."""
+    import yaml
+
+    changed = []
+    for item in sets or []:
+        if "=" not in item:
+            raise SpecError(f"--set {item!r} must look like path.to.field=value", field="--set")
+        path, raw = item.split("=", 1)
+        path = path.strip()
+        if not path or any(not p for p in path.split(".")):
+            raise SpecError(f"--set {item!r}: empty field name", field="--set")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as exc:
+            raise SpecError(f"--set {item!r}: the value is not valid YAML ({exc})", field="--set") from None
+        node = spec
+        *parents, leaf = path.split(".")
+        for p in parents:
+            nxt = node.get(p)
+            if nxt is None:
+                nxt = node[p] = {}
+            if not isinstance(nxt, dict):
+                raise SpecError(f"--set {item!r}: {p} is not a mapping in the spec", field="--set")
+            node = nxt
+        node[leaf] = value
+        changed.append(f"{path}={value!r}")
+    if num_samples is not None:
+        if num_samples < 1:
+            raise SpecError("--num-samples must be at least 1", field="tuneConfig.numSamples")
+        tc = spec.get("tuneConfig")
+        if not isinstance(tc, dict):
+            raise SpecError("--num-samples needs a tuneConfig in the spec (mode: tune)", field="tuneConfig.numSamples")
+        tc["numSamples"] = int(num_samples)
+        changed.append(f"tuneConfig.numSamples={num_samples}")
+    return changed

@@ -23,7 +23,7 @@ from typing import Any
 
 from training.errors import SpecError
 from training.frameworks import registry
-from training.job.parts import SearchParam, Training, Tune, Workers, freeze
+from training.job.parts import Job, SearchParam, Training, Tune, Workers, freeze, given
 
 #: Filled in by Tune itself for every report.
 TUNE_METRICS = ("training_iteration", "time_total_s", "time_this_iter_s")
@@ -41,8 +41,6 @@ MODEL_KEYS = {
     "model.convDropout": ("float", 0.0, True, 0.95),
     "model.denseDropout": ("float", 0.0, True, 0.95),
 }
-
-DEFAULT_KEEP_CHECKPOINTS = 2
 
 
 def _err(msg: str, field: str) -> SpecError:
@@ -147,48 +145,36 @@ def check_distribution(key: str, dist: Mapping[str, Any], info: tuple, field: st
         _check_value(mx, "float" if kind == "float" else kind, lo, lo_incl, hi, f"{field}.max", key)
 
 
-def framework_of(spec: Mapping[str, Any]) -> str:
-    return (spec.get("trainConfig") or {}).get("framework") or registry.DEFAULT
-
-
-def semantic_checks(spec: Mapping[str, Any]) -> None:
-    """Everything about ``tuneConfig`` of a ``mode: tune`` spec the schema cannot say."""
-    tc = spec.get("tuneConfig") or {}
-    train = spec.get("trainConfig") or {}
-    framework = framework_of(spec)
-    user_trainer = bool(train.get("trainerPath"))
-    space = tc.get("searchSpace")
-    if not space:
+def check_search(job: Job) -> None:
+    """Everything about the search of a ``mode: tune`` job the schema cannot say, on the typed job (normalized:
+    what the spec left out is the job's default, written once)."""
+    tcfg, training = job.tune, job.training
+    if not tcfg.search_space:
         raise _err("is empty or missing: name at least one hyperparameter to tune "
                    "(e.g. lr: {type: loguniform, min: 1.0e-4, max: 1.0e-1})", "tuneConfig.searchSpace")
-    targets = {}
-    for key, dist in space.items():
-        field = f"tuneConfig.searchSpace.{key}"
-        target, info = target_of(key, framework, user_trainer, field)
-        if target in targets:
-            raise _err(f"sets {target} again (already set by {targets[target]})", field)
-        targets[target] = key
-        check_distribution(key, dist, info, field)
+    targets: dict[str, str] = {}
+    for param in tcfg.search_space:
+        field = f"tuneConfig.searchSpace.{param.key}"
+        if param.target in targets:
+            raise _err(f"sets {param.target} again (already set by {targets[param.target]})", field)
+        targets[param.target] = param.key
+        _, info = target_of(param.key, training.framework, bool(training.trainer_path), field)
+        check_distribution(param.key, param.as_spec(), info, field)
     for name in ("metric", "mode"):
-        if not tc.get(name):
+        if not getattr(tcfg, name):
             raise _err("is required for mode: tune" + (" (min or max)" if name == "mode" else
                        " (what the trainer reports, e.g. val_loss)"), f"tuneConfig.{name}")
-    metric = tc["metric"]
-    if not user_trainer:
-        reported = registry.get(framework).reported
-        if metric not in reported + TUNE_METRICS:
-            raise _err(f"the built-in {framework} trainer never reports {metric!r}; it reports "
+    if not training.trainer_path:
+        reported = registry.get(training.framework).reported
+        if tcfg.metric not in reported + TUNE_METRICS:
+            raise _err(f"the built-in {training.framework} trainer never reports {tcfg.metric!r}; it reports "
                        f"{', '.join(reported)}", "tuneConfig.metric")
-    _check_scheduler(tc, space, int(train.get("epochs", registry.get(framework).epochs)))
-    cfg = spec.get("config") or {}
-    sc = train.get("scalingConfig") or {}
-    workers = int(sc.get("numWorkers", cfg.get("numWorkers", 1)))
-    runner = tc.get("trialRunner", "auto")
-    if runner == "local" and workers > 1:
+    _check_scheduler(tcfg, training.epochs)
+    workers = job.workers.count
+    if tcfg.trial_runner == "local" and workers > 1:  # auto never resolves to local for more than one worker
         raise _err(f"local runs each trial in one process (one worker) but config.numWorkers is {workers}; "
                    "use trialRunner: train (each trial a Ray Train run) or numWorkers: 1", "tuneConfig.trialRunner")
-    rpt = tc.get("resourcesPerTrial") or {}
-    if resolve_runner(runner, workers) == "local" and "cpu" in rpt and rpt["cpu"] <= 0:
+    if tcfg.trial_runner == "local" and tcfg.trial_cpu <= 0:
         raise _err("a local trial trains in its own process and needs cpu > 0", "tuneConfig.resourcesPerTrial.cpu")
 
 
@@ -200,17 +186,17 @@ SCHEDULER_OPTIONS = {
 }
 
 
-def _check_scheduler(tc: Mapping[str, Any], space: Mapping[str, Any], epochs: int) -> None:
-    """The scheduler's options against the epochs a trial trains."""
-    scheduler = tc.get("scheduler", "fifo")
-    opts = tc.get("schedulerConfig") or {}
+def _check_scheduler(tcfg: Tune, epochs: int) -> None:
+    """The scheduler's options (its defaults filled in; options of another scheduler kept as written) against the
+    epochs a trial trains."""
+    scheduler, opts = tcfg.scheduler, tcfg.scheduler_config
     misplaced = sorted(set(opts) - set(SCHEDULER_OPTIONS[scheduler]))
     if misplaced:
         raise _err(f"{', '.join(misplaced)} is not an option of scheduler {scheduler} (its options: "
                    f"{', '.join(SCHEDULER_OPTIONS[scheduler]) or 'none'})", f"tuneConfig.schedulerConfig.{misplaced[0]}")
-    max_t = int(opts.get("maxT", epochs))
+    max_t = opts.get("maxT", epochs)
     if scheduler in ("asha", "median"):
-        grace = int(opts.get("gracePeriod", 1))
+        grace = opts["gracePeriod"]
         if grace > max_t:
             raise _err(f"gracePeriod ({grace}) exceeds maxT ({max_t}, default trainConfig.epochs)",
                        "tuneConfig.schedulerConfig.gracePeriod")
@@ -218,11 +204,10 @@ def _check_scheduler(tc: Mapping[str, Any], space: Mapping[str, Any], epochs: in
         raise _err(f"maxT ({max_t}) exceeds trainConfig.epochs ({epochs}): no trial trains that long",
                    "tuneConfig.schedulerConfig.maxT")
     if scheduler == "pbt":
-        mutable = [k for k, d in space.items() if d["type"] != "grid"]
-        if not mutable:
+        if all(p.type == "grid" for p in tcfg.search_space):
             raise _err("pbt perturbs hyperparameters between epochs: give it at least one non-grid search-space "
                        "entry", "tuneConfig.searchSpace")
-        interval = int(opts.get("perturbationInterval", default_perturbation_interval(epochs)))
+        interval = opts["perturbationInterval"]
         if interval >= epochs:
             raise _err(f"perturbationInterval ({interval}) must be below trainConfig.epochs ({epochs}), or pbt never "
                        "perturbs", "tuneConfig.schedulerConfig.perturbationInterval")
@@ -242,11 +227,11 @@ def resolve_runner(runner: str, workers: int) -> str:
 def normalize_tune(tc: Mapping[str, Any], training: Training, workers: Workers) -> Tune:
     """The normalized ``tuneConfig`` (defaults filled in) of a validated ``mode: tune`` spec."""
     space = []
-    for key, dist in tc["searchSpace"].items():
+    for key, dist in (tc.get("searchSpace") or {}).items():
         target, info = target_of(key, training.framework, bool(training.trainer_path), f"tuneConfig.searchSpace.{key}")
         space.append(SearchParam(key=key, target=target, kind=info[0], type=dist["type"], min=dist.get("min"),
                                  max=dist.get("max"), q=dist.get("q"), values=freeze(dist.get("values"))))
-    scheduler = tc.get("scheduler", "fifo")
+    scheduler = tc.get("scheduler", Tune.scheduler)
     runner = resolve_runner(tc.get("trialRunner", "auto"), workers.count)
     rpt = tc.get("resourcesPerTrial") or {}
     own_cpu, own_gpu = (workers.cpu, workers.gpu) if runner == "local" else (0, 0)
@@ -254,21 +239,27 @@ def normalize_tune(tc: Mapping[str, Any], training: Training, workers: Workers) 
         search_space=tuple(space),
         scheduler=scheduler,
         scheduler_config=freeze(_scheduler_options(scheduler, tc.get("schedulerConfig") or {}, training.epochs)),
-        num_samples=int(tc.get("numSamples", 1)),
-        metric=tc["metric"],
-        mode=tc["mode"],
-        max_concurrent_trials=tc.get("maxConcurrentTrials"),
+        metric=tc.get("metric") or "",
+        mode=tc.get("mode") or "",
         trial_cpu=float(rpt.get("cpu", own_cpu)),
         trial_gpu=float(rpt.get("gpu", own_gpu)),
-        max_failures=int(tc.get("maxFailures", 2)),
         trial_runner=runner,
         seed=int(tc.get("seed", training.seed)),
-        keep_checkpoints_per_trial=int(tc.get("keepCheckpointsPerTrial", DEFAULT_KEEP_CHECKPOINTS)),
+        **given(tc, {"numSamples": ("num_samples", int), "maxConcurrentTrials": ("max_concurrent_trials", None),
+                     "maxFailures": ("max_failures", int),
+                     "keepCheckpointsPerTrial": ("keep_checkpoints_per_trial", int)}),
     )
 
 
+
 def _scheduler_options(scheduler: str, opts: Mapping[str, Any], epochs: int) -> dict[str, Any]:
-    """A scheduler's options with their defaults (the trial's epochs bound ASHA's maxT and PBT's interval)."""
+    """A scheduler's options with their defaults (the trial's epochs bound ASHA's maxT and PBT's interval); an option
+    of another scheduler stays as written, for the check to name it."""
+    own = _own_options(scheduler, opts, epochs)
+    return {**{k: v for k, v in opts.items() if k not in own}, **own}
+
+
+def _own_options(scheduler: str, opts: Mapping[str, Any], epochs: int) -> dict[str, Any]:
     if scheduler == "asha":
         return {"gracePeriod": int(opts.get("gracePeriod", 1)), "reductionFactor": float(opts.get("reductionFactor", 3)),
                 "maxT": int(opts.get("maxT", epochs)), "brackets": int(opts.get("brackets", 1))}
@@ -281,42 +272,3 @@ def _scheduler_options(scheduler: str, opts: Mapping[str, Any], epochs: int) -> 
                 "resampleProbability": float(opts.get("resampleProbability", 0.25)),
                 "synch": bool(opts.get("synch", False))}
     return dict(opts)
-
-
-def apply_overrides(spec: dict[str, Any], sets: list[str] | None = None, num_samples: int | None = None) -> list[str]:
-    """``--set a.b=value`` (value parsed as YAML) and ``--num-samples N`` on a raw spec, before validation.
-    Returns what was changed, for the log and the result."""
-    import yaml
-
-    changed = []
-    for item in sets or []:
-        if "=" not in item:
-            raise SpecError(f"--set {item!r} must look like path.to.field=value", field="--set")
-        path, raw = item.split("=", 1)
-        path = path.strip()
-        if not path or any(not p for p in path.split(".")):
-            raise SpecError(f"--set {item!r}: empty field name", field="--set")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as exc:
-            raise SpecError(f"--set {item!r}: the value is not valid YAML ({exc})", field="--set") from None
-        node = spec
-        *parents, leaf = path.split(".")
-        for p in parents:
-            nxt = node.get(p)
-            if nxt is None:
-                nxt = node[p] = {}
-            if not isinstance(nxt, dict):
-                raise SpecError(f"--set {item!r}: {p} is not a mapping in the spec", field="--set")
-            node = nxt
-        node[leaf] = value
-        changed.append(f"{path}={value!r}")
-    if num_samples is not None:
-        if num_samples < 1:
-            raise SpecError("--num-samples must be at least 1", field="tuneConfig.numSamples")
-        tc = spec.get("tuneConfig")
-        if not isinstance(tc, dict):
-            raise SpecError("--num-samples needs a tuneConfig in the spec (mode: tune)", field="tuneConfig.numSamples")
-        tc["numSamples"] = int(num_samples)
-        changed.append(f"tuneConfig.numSamples={num_samples}")
-    return changed
