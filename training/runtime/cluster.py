@@ -31,6 +31,31 @@ def export_import_path() -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
 
 
+def join_error(address: str, exc: BaseException) -> ClusterConnectError:
+    """Why joining the cluster failed, with the way out when Ray says it is authentication (by its exception
+    type: ``ray.exceptions.AuthenticationError``, raised or the cause of what was)."""
+    import ray.exceptions
+
+    chain, err = [], exc
+    while err is not None and err not in chain:
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    cause = exc.__cause__ or exc
+    hint = ""
+    if any(isinstance(e, ray.exceptions.AuthenticationError) for e in chain):
+        cause = next(e for e in chain if isinstance(e, ray.exceptions.AuthenticationError))
+        hint = (" The cluster uses token authentication: set RAY_AUTH_MODE=token and provide its token "
+                "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token); an explicit RAY_ADDRESS "
+                "never enables token auth by itself.")
+    text = str(cause)
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    first = next((ln for ln in lines if "Error:" in ln and not ln.startswith("Traceback")),
+                 lines[0] if lines else "")[:300]
+    return ClusterConnectError(
+        f"cannot join the Ray cluster at RAY_ADDRESS={address}: {type(cause).__name__}: {first}.{hint}",
+        details=text[-2000:])
+
+
 class RaySession:
     """Context manager: connect (or start), and on exit shut down only what this object started."""
 
@@ -51,21 +76,8 @@ class RaySession:
         elif self.address:
             try:
                 ray.init(address=self.address, log_to_driver=True, logging_level="WARNING" if self.quiet else "INFO")
-            except (ConnectionError, RuntimeError) as exc:
-                cause = exc.__cause__ or exc
-                text = str(cause)
-                hint = ""
-                if "AuthToken" in text or "uthentication" in text:
-                    hint = (" The cluster uses token authentication: set RAY_AUTH_MODE=token and provide its token "
-                            "(RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token); an explicit RAY_ADDRESS "
-                            "never enables token auth by itself.")
-                lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-                first = next((ln for ln in lines if "Error:" in ln and not ln.startswith("Traceback")),
-                             lines[0] if lines else "")[:300]
-                raise ClusterConnectError(
-                    f"cannot join the Ray cluster at RAY_ADDRESS={self.address}: {type(cause).__name__}: {first}.{hint}",
-                    details=text[-2000:],
-                ) from None
+            except (ConnectionError, RuntimeError, ray.exceptions.AuthenticationError) as exc:
+                raise join_error(self.address, exc) from None
             self.started = True
             self.kind = f"joined {self.address}"
         else:

@@ -27,6 +27,15 @@ def root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+def process_died(exc: BaseException) -> bool:
+    """Whether ``exc`` says a worker's process (its actor, its node or its raylet) is gone, rather than that the
+    code in it raised: by Ray's own exception types, not by their names or messages."""
+    from ray import exceptions
+
+    return isinstance(exc, (exceptions.RayActorError, exceptions.WorkerCrashedError, exceptions.NodeDiedError,
+                            exceptions.LocalRayletDiedError))
+
+
 def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0][:400]
 
@@ -44,7 +53,7 @@ def training_failure(exc: BaseException, max_failures: int) -> TrainingJobError:
         if isinstance(root, TrainingJobError):
             return root
         roots = {None: root}
-    died = [r for r, e in roots.items() if "Died" in type(e).__name__ or "Crash" in type(e).__name__]
+    died = [r for r, e in roots.items() if process_died(e)]
     primary = died[0] if died else next(iter(roots))
     root = roots[primary]
     who = "the controller" if primary is None else f"worker rank {primary}"

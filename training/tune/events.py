@@ -94,6 +94,26 @@ def end(name: str) -> SearchState | None:
     return _SEARCHES.pop(name, None)
 
 
+class MetricNotReported(ValueError):
+    """The trainer's report lacks ``tuneConfig.metric`` (a user trainer: checked at its first report). Every trial of
+    that trainer would fail the same way: the search stops at the first."""
+
+
+def _raised(trial, kind: type[BaseException]) -> bool:
+    """Whether the trial's last error is (or was caused by) a ``kind``: by type, from the error Tune pickled."""
+    try:
+        err = trial.get_pickled_error()
+    except Exception:  # noqa: BLE001 - an error that cannot be read back is not one of ours
+        return False
+    seen = set()
+    while isinstance(err, BaseException) and id(err) not in seen:
+        if isinstance(err, kind):  # a RayTaskError is also an instance of the cause's class
+            return True
+        seen.add(id(err))
+        err = getattr(err, "cause", None) or err.__cause__
+    return False
+
+
 def _first_error_line(trial) -> str:
     path = getattr(trial, "error_file", None)
     text = ""
@@ -171,7 +191,7 @@ class Progress(_Callback):
         msg = _first_error_line(trial)
         say(f"trial {trial.trial_id} {says(msg)}")
         state.journal.add(event, trial, message=msg)
-        if "MetricNotReported" in msg and state.abort is None:
+        if state.abort is None and _raised(trial, MetricNotReported):
             # Every trial of this trainer would fail the same way: stop the search rather than retry.
             state.abort = msg
 

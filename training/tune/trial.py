@@ -29,12 +29,7 @@ from typing import Any
 from training.job.parts import Job, Training
 from training.runtime import storage
 from training.runtime.faults import NO_HOOKS, TestHooks
-from training.tune.events import trial_index
-
-
-class MetricNotReported(ValueError):
-    """The trainer's report lacks ``tuneConfig.metric`` (a user trainer: checked at its first report)."""
-
+from training.tune.events import MetricNotReported, trial_index
 
 # ---------------------------------------------------------------- the trial's job
 
