@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
-import os
 from typing import Any
 
 from training.errors import TrainingJobError
@@ -12,27 +10,6 @@ from training.job.load import RESULT_SCHEMA, load_schema
 from training.runtime import storage
 
 RESULT_FILE = "result.json"
-
-
-def _clean(value: Any) -> Any:
-    """JSON-safe: NaN/inf become strings, numpy scalars become Python numbers, unknown objects their str()."""
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, str):
-        return value
-    if isinstance(value, int):
-        return value
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        return str(value)
-    if isinstance(value, float) or type(value).__module__ == "numpy":
-        if not math.isfinite(f):
-            return str(f)
-        return int(f) if type(value).__name__.startswith(("int", "uint")) else f
-    return str(value)
 
 
 def error_result(err: BaseException, *, name: str | None = None, mode: str | None = None,
@@ -55,7 +32,7 @@ def error_result(err: BaseException, *, name: str | None = None, mode: str | Non
         out["clusterStatus"] = cluster
     if timings:
         out["timings"] = timings
-    return _clean(out)
+    return storage.json_safe(out)
 
 
 def validate_result(result: dict) -> None:
@@ -72,17 +49,10 @@ def default_result_path(run_path: str) -> str:
 
 def write_result(result: dict, path: str) -> str:
     """Write to a local path or a storage URI; returns where it went."""
-    text = json.dumps(_clean(result), indent=2, sort_keys=False) + "\n"
-    if storage.is_uri(path):
-        storage.write_bytes(path, text.encode())
-        return path
-    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    storage.write_bytes(path, (json.dumps(storage.json_safe(result), indent=2, sort_keys=False) + "\n").encode())
     return path
 
 
 def clean(result: dict) -> dict:
-    return _clean(result)
+    """The result as JSON can hold it."""
+    return storage.json_safe(result)

@@ -22,7 +22,7 @@ def make_checkpoint(directory, epoch=3):
 
 def test_manifest_round_trip(tmp_path):
     ck = make_checkpoint(tmp_path / "epoch-000003")
-    meta = checkpoints.verify_local(str(ck), "pytorch")
+    meta = checkpoints.verify(str(ck), "pytorch")
     assert meta["epoch"] == 3 and set(meta["files"]) == {"model.pt", "sub/opt.bin"}
     assert checkpoints.verify(f"file://{ck}")["epoch"] == 3
 

@@ -187,3 +187,39 @@ def test_the_stage_checks_can_fail(tmp_path):
     assert "training.tune.trial" in _imports(bad) and "torch" in _libraries(bad)
     compare = next(n for n in ast.walk(ast.parse(bad.read_text())) if isinstance(n, ast.Compare))
     assert compare.comparators[0].value in FRAMEWORK_NAMES
+
+
+#: Who may write a file: the one local-or-URI writer, and the test hooks' ledger (append-only, local, tests only).
+WRITERS = {"runtime/storage.py", "runtime/faults.py"}
+
+
+def _writes(path: Path, root: Path = REPO) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        mode = node.args[1] if name == "open" and len(node.args) > 1 else next(
+            (k.value for k in node.keywords if k.arg == "mode"), None) if name == "open" else None
+        if name in ("write_text", "write_bytes", "open_output_stream", "open_append_stream") and not (
+                isinstance(node.func, ast.Attribute) and ast.unparse(node.func.value) == "storage"):
+            out.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node.func)}")
+        elif isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax+"):
+            out.append(f"{path.relative_to(root)}:{node.lineno}: open(..., {mode.value!r})")
+    return out
+
+
+def test_one_writer():
+    """Results, summaries, journals, manifests and markers go through runtime/storage.py's write_bytes (a local path
+    atomically, or a URI); the benchmarks write their own report folder."""
+    found = [w for p in SOURCES if p.relative_to(PACKAGE).parts[0] not in ("bench", "examples")
+             and "/".join(p.relative_to(PACKAGE).parts) not in WRITERS for w in _writes(p)]
+    assert not found, "\n".join(found)
+
+
+def test_the_writer_check_can_fail(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(p, fs):\n    open(p, 'w').write('x')\n    p.write_text('x')\n    fs.open_output_stream(p)\n"
+                   "    storage.write_bytes(p, b'')\n    open(p, encoding='utf-8').read()\n")
+    assert sorted(w.split(": ", 1)[1] for w in _writes(bad, tmp_path)) == ["fs.open_output_stream", "open(..., 'w')",
+                                                                           "p.write_text"]

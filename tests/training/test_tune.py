@@ -126,7 +126,7 @@ def test_restored_pytorch_checkpoint_takes_the_trials_lr(tmp_path):
     local = restore_copy(FakeCheckpoint(), Training(framework="pytorch", epochs=4, batch_size=32, lr=0.005))
     state = torch.load(Path(local) / "model.pt", weights_only=True)
     assert [g["lr"] for g in state["optimizer"]["param_groups"]] == [0.005]
-    assert checkpoints.verify_local(local)["extra"]["lrSetOnRestore"] == 0.005
+    assert checkpoints.verify(local)["extra"]["lrSetOnRestore"] == 0.005
     assert torch.load(src / "model.pt", weights_only=True)["optimizer"]["param_groups"][0]["lr"] == 0.1  # source intact
 
 

@@ -205,7 +205,7 @@ def adjust_restored(directory: str, training) -> None:
     from training.runtime import checkpoints
 
     lr = training.lr
-    meta = checkpoints.verify_local(directory, FRAMEWORK.name)
+    meta = checkpoints.verify(directory, FRAMEWORK.name)
     state = torch.load(path, map_location="cpu", weights_only=True)
     groups = state.get("optimizer", {}).get("param_groups", [])
     if any(abs(g.get("lr", lr) - lr) > 1e-15 for g in groups):

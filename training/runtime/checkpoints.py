@@ -9,7 +9,6 @@ and workers check again when they load it, so a damaged checkpoint is a clear er
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -25,14 +24,6 @@ RAY_SNAPSHOT_FILE = "checkpoint_manager_snapshot.json"
 
 def checkpoint_dir_name(epoch: int) -> str:
     return f"epoch-{epoch:06d}"
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _files(directory: str) -> list[str]:
@@ -54,13 +45,12 @@ def write_manifest(directory: str, *, epoch: int, framework: str, history: list[
         "epoch": int(epoch),
         "metrics": metrics,
         "history": history,
-        "files": {rel: _sha256(os.path.join(directory, rel)) for rel in _files(directory)},
+        "files": {rel: storage.sha256(os.path.join(directory, rel)) for rel in _files(directory)},
         "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if extra:
         meta["extra"] = extra
-    with open(os.path.join(directory, META_FILE), "w", encoding="utf-8") as fh:
-        json.dump(meta, fh, indent=1, default=float)
+    storage.write_bytes(os.path.join(directory, META_FILE), json.dumps(meta, indent=1, default=float).encode())
     return meta
 
 
@@ -72,36 +62,12 @@ def _check_meta(meta: Any, where: str) -> dict:
     return meta
 
 
-def verify_local(directory: str, framework: str | None = None) -> dict:
-    """Verify a checkpoint folder on local disk; return its manifest. Raises ``CheckpointError``."""
-    meta_path = os.path.join(directory, META_FILE)
-    if not os.path.isdir(directory):
-        raise CheckpointError(f"checkpoint {directory} does not exist")
-    try:
-        with open(meta_path, encoding="utf-8") as fh:
-            meta = json.load(fh)
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint {directory} is corrupt or not from this package: {META_FILE} is missing") from None
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"checkpoint {directory} is corrupt: cannot read {META_FILE} ({exc})") from None
-    meta = _check_meta(meta, directory)
-    for rel, digest in meta["files"].items():
-        path = os.path.join(directory, rel)
-        if not os.path.exists(path):
-            raise CheckpointError(f"checkpoint {directory} is corrupt: {rel} is missing")
-        if _sha256(path) != digest:
-            raise CheckpointError(f"checkpoint {directory} is corrupt: {rel} does not match its recorded SHA-256")
-    if framework and meta.get("framework") not in (framework, None):
-        raise CheckpointError(
-            f"checkpoint {directory} was written by framework {meta.get('framework')!r}, this run uses {framework!r}"
-        )
-    return meta
-
-
 def verify(path: str, framework: str | None = None) -> dict:
-    """Verify a checkpoint folder given as a local path or a storage URI (driver-side check)."""
-    if not storage.is_uri(path) or path.startswith("file://"):
-        return verify_local(path[len("file://"):] if path.startswith("file://") else path, framework)
+    """Verify a checkpoint folder, a local path or a storage URI (``file://`` too): its manifest is readable and of
+    this format, every file it lists is there with its SHA-256, and it was written by ``framework`` (if given).
+    Returns the manifest; raises ``CheckpointError`` naming the folder."""
+    if path.startswith("file://"):
+        path = path[len("file://"):]
     try:
         if not storage.is_dir(path):
             raise CheckpointError(f"checkpoint {path} does not exist")
@@ -115,10 +81,10 @@ def verify(path: str, framework: str | None = None) -> dict:
     meta = _check_meta(meta, path)
     for rel, digest in meta["files"].items():
         try:
-            data = storage.read_bytes(storage.join(path, rel))
-        except (OSError, FileNotFoundError):
+            actual = storage.sha256(storage.join(path, rel))
+        except OSError:
             raise CheckpointError(f"checkpoint {path} is corrupt: {rel} is missing") from None
-        if hashlib.sha256(data).hexdigest() != digest:
+        if actual != digest:
             raise CheckpointError(f"checkpoint {path} is corrupt: {rel} does not match its recorded SHA-256")
     if framework and meta.get("framework") not in (framework, None):
         raise CheckpointError(f"checkpoint {path} was written by framework {meta.get('framework')!r}, this run uses {framework!r}")

@@ -20,7 +20,6 @@ context's session (:mod:`training.runtime.sessions`); the loops never call Ray.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import tempfile
@@ -30,22 +29,10 @@ from typing import Any
 
 from training.errors import CheckpointError
 from training.job.parts import Job, Model, thaw
-from training.runtime import checkpoints, faults, preflight
+from training.runtime import checkpoints, faults, preflight, storage
 from training.runtime.data import batch_share
 from training.runtime.faults import NO_HOOKS, TestHooks
 from training.runtime.sessions import Session
-
-
-def _scalar(v):
-    if isinstance(v, bool) or isinstance(v, int):
-        return v
-    if type(v).__name__.startswith(("int", "uint")):
-        return int(v)
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return v
-    return f if math.isfinite(f) else str(f)
 
 
 def _quiet_worker_warnings() -> None:
@@ -130,7 +117,7 @@ class WorkerContext:
             local = ckpt.path
         else:
             local = ckpt.to_directory(tempfile.mkdtemp(prefix="training-restore-"))
-        meta = checkpoints.verify_local(local, self.framework)
+        meta = checkpoints.verify(local, self.framework)
         self.checkpoint_dir = local
         self.checkpoint_source = f"{source}:{ckpt.path}"
         self.start_epoch = int(meta["epoch"])
@@ -202,7 +189,7 @@ class WorkerContext:
         ``save(directory)`` writes the model into ``directory``; it runs on rank 0 only unless
         ``save_on_all_ranks`` (TensorFlow under MultiWorkerMirroredStrategy: saving is collective).
         """
-        metrics = {k: _scalar(v) for k, v in metrics.items()}
+        metrics = {k: storage.json_safe(v) for k, v in metrics.items()}
         metrics["epoch"] = int(epoch)
         metrics.setdefault("epoch_time_s", round(time.time() - self._t_epoch, 3))
         self.history.append(metrics)
@@ -231,7 +218,7 @@ class WorkerContext:
 
     def record_evaluation(self, metrics: dict[str, Any]) -> None:
         """For a run with no epochs left (a finished checkpoint resumed): keep the restored model's evaluation."""
-        self.evaluation = {k: _scalar(v) for k, v in metrics.items()}
+        self.evaluation = {k: storage.json_safe(v) for k, v in metrics.items()}
         if self.rank == 0:
             self.log("no epochs left to train; evaluated the restored model: "
                      + ", ".join(f"{k}={v:.4f}" for k, v in self.evaluation.items() if isinstance(v, float)))

@@ -58,13 +58,7 @@ class Journal:
     def add(self, event: str, trial, **fields) -> None:
         self.events.append({"event": event, "trialId": trial.trial_id, "trial": trial_index(trial.trial_id),
                             **fields})
-        data = json.dumps(self.events, indent=0).encode()
-        if storage.is_uri(self.path):
-            storage.write_bytes(self.path, data)
-        else:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            with open(self.path, "wb") as fh:
-                fh.write(data)
+        storage.write_bytes(self.path, json.dumps(self.events, indent=0).encode())
 
     def of(self, index: int) -> list[dict[str, Any]]:
         return [e for e in self.events if e["trial"] == index]

@@ -107,7 +107,7 @@ def write_csv(rows: list[dict[str, Any]], path: str, keys: list[str]) -> str:
     for r in rows:
         flat = {**r, **{f"config.{k}": _csv_value(r["config"].get(k)) for k in keys}}
         w.writerow({k: ("" if flat.get(k) is None else flat.get(k)) for k in fields})
-    storage.write_bytes(path, buf.getvalue().encode()) if storage.is_uri(path) else _write_local(path, buf.getvalue())
+    storage.write_bytes(path, buf.getvalue().encode())
     return path
 
 
@@ -115,12 +115,6 @@ def _csv_value(v):
     if isinstance(v, float):
         return repr(v)
     return v
-
-
-def _write_local(path: str, text: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
 
 
 def summarize(job: Job, grid, search: SearchState, cluster: dict, fit_s: float) -> tuple[dict, int]:
