@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ruamel.yaml.comments import CommentedMap
 
-from training.bench.train import RESULT_PREFIX  # what a run prints its figures after (stdlib-only module)
+from training.bench.settings import RESULT_PREFIX  # what a run prints its figures after (no Ray, no framework)
 
 from . import change, targets
 from . import jobs as jobs_mod
@@ -180,7 +180,7 @@ def collect(clients: Clients, target: Target, run: jobs_mod.Run) -> dict:
 def report(raws: dict[str, dict], runs: dict[str, jobs_mod.Run], target: Target, commits: list[str]) -> dict:
     """The bench-train report of the two runs (same configurations, comparison and definitions), plus where they
     ran: the environment, the runs, their commits."""
-    from training.bench.train import DEFINITIONS, aggregate, compare, measure
+    from training.bench.measure import DEFINITIONS, aggregate, compare, measure
     settings = raws[BASELINE]["settings"]
     if raws[RAY]["settings"] != settings:
         raise BenchError("the two runs report different settings (the environment changed between them?): "

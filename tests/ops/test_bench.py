@@ -114,8 +114,8 @@ class _Run:
 
 
 def test_the_report_is_bench_trains_comparison_of_the_two_runs(tmp_path, repo_copy):
+    from training.bench.measure import measure
     from training.bench.report import write_train_report
-    from training.bench.train import measure
     raws = {job: _raw(job) for job in (bench.BASELINE, bench.RAY)}
     runs = {bench.BASELINE: _Run("bench-baseline-0a1b2c3d"), bench.RAY: _Run("bench-ray-4e5f6a7b")}
     data = bench.report(raws, runs, target(repo_copy, "minikube"), ["abc1234", "def5678", "0123abc"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import io
 import math
 import shutil
@@ -26,6 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from training.bench.settings import TuneSettings
+from training.job.parts import thaw
+
 DEFAULT_OUT = "results/bench-tune"
 
 
@@ -33,50 +37,27 @@ def say(message: str) -> None:
     print(f"[bench-tune] {message}", file=sys.stderr, flush=True)
 
 
-def settings_from_args(args) -> dict[str, Any]:
-    if args.tiny:
-        s = {"numSamples": args.num_samples or 4, "epochs": args.epochs or 3,
-             "model": {"filters": [8, 16, 32], "dense": 32}, "data": {"source": "digits", "maxTrainSamples": 256}}
-    else:
-        s = {"numSamples": args.num_samples or 16, "epochs": args.epochs or 9,
-             "model": {"filters": [32, 64, 128], "dense": 256}, "data": {"source": "digits"}}
-    s.update({
-        "tiny": bool(args.tiny),
-        "framework": "pytorch",
-        "metric": "val_loss",
-        "mode": "min",
-        "searchSpace": {
-            "lr": {"type": "loguniform", "min": 1.0e-4, "max": 1.0e-1},
-            "batchSize": {"type": "choice", "values": [16, 32, 64, 128]},
-        },
-        "asha": {"gracePeriod": 1, "reductionFactor": 3},
-        "searchSeed": int(args.seed),
-        "concurrent": args.concurrent,
-    })
-    return s
-
-
-def spec_for(settings: dict[str, Any], scheduler: str, storage: str) -> dict[str, Any]:
+def spec_for(settings: TuneSettings, scheduler: str, storage: str) -> dict[str, Any]:
     tune_cfg: dict[str, Any] = {
-        "searchSpace": settings["searchSpace"],
+        "searchSpace": thaw(settings.search_space),
         "scheduler": scheduler,
-        "numSamples": settings["numSamples"],
-        "metric": settings["metric"],
-        "mode": settings["mode"],
-        "seed": settings["searchSeed"],
+        "numSamples": settings.num_samples,
+        "metric": settings.metric,
+        "mode": settings.mode,
+        "seed": settings.search_seed,
         "trialRunner": "local",
         "keepCheckpointsPerTrial": 1,
     }
     if scheduler == "asha":
-        tune_cfg["schedulerConfig"] = dict(settings["asha"])
-    if settings.get("concurrent"):
-        tune_cfg["maxConcurrentTrials"] = int(settings["concurrent"])
+        tune_cfg["schedulerConfig"] = thaw(settings.asha)
+    if settings.concurrent:
+        tune_cfg["maxConcurrentTrials"] = int(settings.concurrent)
     return {
         "name": f"bench-tune-{scheduler}",
         "mode": "tune",
         "config": {"numWorkers": 1, "resourcesPerWorker": {"cpu": 1}},
-        "trainConfig": {"framework": settings["framework"], "epochs": settings["epochs"], "model": settings["model"]},
-        "data": settings["data"],
+        "trainConfig": {"framework": settings.framework, "epochs": settings.epochs, "model": thaw(settings.model)},
+        "data": thaw(settings.data),
         "checkpoint": {"storagePath": storage},
         "tuneConfig": tune_cfg,
     }
@@ -98,10 +79,10 @@ def _num(v) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def summarize(result: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+def summarize(result: dict[str, Any], settings: TuneSettings) -> dict[str, Any]:
     """What the comparison needs from one experiment's result JSON and its trials' progress.csv."""
     r = result["results"]
-    metric, mode = settings["metric"], settings["mode"]
+    metric, mode = settings.metric, settings.mode
     better = (lambda a, b: a < b) if mode == "min" else (lambda a, b: a > b)
     run = Path(result["runPath"])
     events, curves = [], []
@@ -168,8 +149,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _run_scheduler(scheduler: str, settings: dict[str, Any], work: Path, out: Path) -> tuple[int, dict | None]:
-    """One search with this scheduler: (exit code, its summary or None when it failed)."""
+def _run_scheduler(scheduler: str, settings: TuneSettings, work: Path, out: Path) -> tuple[int, dict | None, TuneSettings]:
+    """One search with this scheduler: (exit code, its summary or None when it failed, the settings with the
+    concurrency the search used)."""
     import yaml
 
     from training.runner import run
@@ -177,30 +159,30 @@ def _run_scheduler(scheduler: str, settings: dict[str, Any], work: Path, out: Pa
     spec = spec_for(settings, scheduler, str(work / "storage"))
     spec_path = work / f"{scheduler}.yaml"
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    say(f"{scheduler}: {settings['numSamples']} trials x up to {settings['epochs']} epochs")
+    say(f"{scheduler}: {settings.num_samples} trials x up to {settings.epochs} epochs")
     with contextlib.redirect_stdout(io.StringIO()):  # run() prints the result JSON; it is on disk
         code, result, _ = run(str(spec_path), output=str(out / f"{scheduler}-result.json"))
     if code != 0 or result["status"] not in ("success", "partial"):
         say(f"{scheduler} failed: {result.get('error')}")
-        return code or 1, None
+        return code or 1, None, settings
     shutil.copyfile(result["results"]["trialsCsv"], out / f"{scheduler}-trials.csv")
     s = summarize(result, settings)
-    say(f"{scheduler}: best {settings['metric']} {s['bestMetric']:.4f}, {s['totalTrialIterations']} "
+    say(f"{scheduler}: best {settings.metric} {s['bestMetric']:.4f}, {s['totalTrialIterations']} "
         f"trial-iterations, {s['earlyStoppedTrials']} of {s['numTrials']} stopped early, {s['wallSeconds']:.1f} s")
-    settings["concurrent"] = result["results"].get("maxConcurrentTrials", settings["concurrent"])
-    return 0, s
+    used = result["results"].get("maxConcurrentTrials", settings.concurrent)
+    return 0, s, dataclasses.replace(settings, concurrent=used)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
 
+    from training.bench.measure import machine_info
     from training.bench.report import write_tune_report
-    from training.bench.train import machine_info
     from training.runtime.cluster import RaySession
     from training.runtime.env import apply_quiet_defaults
 
     apply_quiet_defaults()
-    settings = settings_from_args(args)
+    settings = TuneSettings.from_args(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     work = out / "experiments" if args.keep else Path(tempfile.mkdtemp(prefix="bench-tune-"))
@@ -212,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with RaySession():
             for scheduler in ("fifo", "asha"):
-                code, summary = _run_scheduler(scheduler, settings, work, out)
+                code, summary, settings = _run_scheduler(scheduler, settings, work, out)
                 if summary is None:
                     return code
                 summaries[scheduler] = summary
@@ -224,14 +206,14 @@ def main(argv: list[str] | None = None) -> int:
         "createdAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "durationSeconds": round(time.time() - t0, 1),
         "machine": machine_info(),
-        "settings": settings,
+        "settings": settings.to_json(),
         "schedulers": summaries,
-        "comparison": compare(summaries["fifo"], summaries["asha"], settings["mode"]),
+        "comparison": compare(summaries["fifo"], summaries["asha"], settings.mode),
         "targets": {"bestMetricWithin": 0.01, "iterationsRatioAtMost": 0.5},
     }
     paths = write_tune_report(report, out)
     c = report["comparison"]
-    say(f"ASHA vs FIFO: best {settings['metric']} gap {c.get('bestMetricRelativeGap')}, iterations ratio "
+    say(f"ASHA vs FIFO: best {settings.metric} gap {c.get('bestMetricRelativeGap')}, iterations ratio "
         f"{c['iterationsRatio']}, wall ratio {c['wallRatio']}; targets {'met' if c['targetsMet'] else 'NOT met'}; "
         + ", ".join(str(p) for p in paths))
     return 0
