@@ -7,7 +7,11 @@ and west-b run them; docs/multikueue.md), on the e2e's three eks control planes 
 2. eks's GPUs filled by a long job pinned there; a second job, pushed without a pin, lands on west-b: its Workload on
    hub names west-b, the RayJob copy runs there (and not on eks), hub's RayJob shows the worker's status, its app
    ends Synced and Healthy, and the worker's copy is cleaned up once it finished.
-3. west-b stopped (its API server, then its controllers, kwok and operators): a third job waits (eks is full, west-b
+3. west-b loses the Ray auth Secret every RayJob reads: its API server refuses a RayJob's Workload (the
+   ValidatingAdmissionPolicy the platform renders on each worker, one binding per such Secret), so a job pushed while
+   eks is full waits with hub's quota reserved and no copy anywhere, and `make fleet` says no job is placed there;
+   the Secret back, MultiKueue's retry places it on west-b, where it completes.
+4. west-b stopped (its API server, then its controllers, kwok and operators): a third job waits (eks is full, west-b
    gone), and is placed on eks when the long job ends. Pruned from git while it runs there, its remote copy goes.
    west-b back (its API server first, then the rest): hub reaches it again and every app is Synced and Healthy.
 
@@ -22,13 +26,14 @@ import time
 import pytest
 import yaml
 
+from e2e.kube import KubectlError
 from tests.e2e.harness import BUDGETS, RAY, wait_for
 from tests.e2e.scenarios import job_name, job_pod_selector
 from tests.e2e.test_11_queueing import _end_every_other_run
 
 ENV, WEST, HUB = "eks", "eks-west-b", "eks-hub"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
-FILL, PLACED, WAITING = "mk-fill", "mk-placed", "mk-waiting"
+FILL, PLACED, GATED, WAITING = "mk-fill", "mk-placed", "mk-gated", "mk-waiting"
 CLUSTER_NAME = {ENV: "eks", WEST: "west-b"}
 
 
@@ -193,6 +198,71 @@ def test_hub_shows_the_workers_status_its_app_ends_healthy_and_the_copy_is_clean
     # the worker's app of the job holds what the job references (its spec), not the job
     kinds = {d["kind"] for d in e2e.rendered(WEST, f"job-{PLACED}")}
     assert "ConfigMap" in kinds and "RayJob" not in kinds, kinds
+
+
+def _probe_workload(namespace: str) -> dict:
+    """A RayJob's Workload as MultiKueue creates it on a worker (Kueue names it `rayjob-<job>-<hash>`: Kueue v0.17.0
+    pkg/controller/jobframework/workload_names.go 68-70; the remote copy keeps the name and labels, not the owner:
+    pkg/controller/admissionchecks/multikueue/workload.go cloneForCreate)."""
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+            "metadata": {"name": "rayjob-e2e-probe-00000", "namespace": namespace},
+            "spec": {"queueName": "training", "podSets": [{"name": "head", "count": 1, "template": {"spec": {
+                "containers": [{"name": "ray-head", "image": "busybox",
+                                "resources": {"requests": {"cpu": "1"}}}]}}}]}}
+
+
+def test_a_worker_that_lost_a_secret_every_job_reads_gets_no_job_until_it_is_back(e2e, placed):
+    """eks is full (FILL); west-b's Ray auth Secret deleted. A job pushed now reserves hub's quota and is placed
+    nowhere: west-b's API server refuses its Workload. `make fleet` names west-b, the Secret and that no job is placed
+    there. The Secret back, the job is placed on west-b and completes."""
+    namespace = e2e.namespace(ENV)
+    secret = e2e.env_doc(ENV)["cluster"]["auth"]["secretName"]
+    saved = json.loads(e2e.kubectl(WEST, "-n", namespace, "get", "secret", secret, "-o", "json"))
+    e2e.kubectl(WEST, "-n", namespace, "delete", "secret", secret)
+    try:
+        _push_jobs(e2e, {GATED: _job(placed["template"], GATED, placed["workers"], None)},
+                   f"e2e: {GATED}, while eks is full and west-b lacks {secret}")
+
+        def reserved():
+            wl = _workload(e2e, HUB, _run(e2e, HUB, GATED))
+            return _condition(wl, "QuotaReserved").get("status") == "True", (wl or {}).get("status")
+        wait_for(reserved, 240, 3, f"hub to reserve quota for {GATED}")
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline:  # MultiKueue tries the workers at once and again after each failure
+            wl = _workload(e2e, HUB, _run(e2e, HUB, GATED))
+            where = ((wl or {}).get("status") or {}).get("clusterName")
+            assert where is None, f"{GATED} placed on {where} while west-b lacks {secret} and eks is full"
+            assert _run(e2e, WEST, GATED) is None, f"west-b holds a copy of {GATED} while it lacks {secret}"
+            time.sleep(3)
+        # why: west-b's API server refuses a RayJob's Workload while the Secret is gone
+        probe = json.dumps(_probe_workload(namespace))
+        with pytest.raises(KubectlError) as refused:
+            e2e.kubectl(WEST, "create", "--dry-run=server", "-f", "-", stdin=probe)
+        assert "parameterNotFoundAction" in str(refused.value), refused.value
+        e2e.kubectl(ENV, "create", "--dry-run=server", "-f", "-", stdin=probe)  # eks, which has it, admits one
+        proc = e2e.ops("fleet", "--env", ENV, timeout=120)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"west-b: Secret {namespace}/{secret} is missing" in proc.stdout, proc.stdout
+        assert "no RayJob is placed on this cluster until it is back" in proc.stdout, proc.stdout
+    finally:
+        saved["metadata"] = {"name": secret, "namespace": namespace}
+        e2e.kubectl(WEST, "apply", "-f", "-", stdin=json.dumps(saved))
+    back = time.monotonic()
+
+    def on_west_b():
+        wl = _workload(e2e, HUB, _run(e2e, HUB, GATED))
+        where = ((wl or {}).get("status") or {}).get("clusterName")
+        return where == "west-b" and _run(e2e, WEST, GATED) is not None, where
+    wait_for(on_west_b, 300, 2, f"{GATED} placed on west-b once {secret} is back")
+    BUDGETS["multikueue: a job placed after the worker's Secret came back (s)"] = round(time.monotonic() - back, 1)
+
+    def finished():
+        status = (_run(e2e, HUB, GATED) or {}).get("status") or {}
+        return (status.get("jobDeploymentStatus"), status.get("jobStatus")) == ("Complete", "SUCCEEDED"), status
+    wait_for(finished, 300, 3, f"hub's {GATED} to show west-b's Complete/SUCCEEDED")
+    _push_jobs(e2e, {GATED: None}, f"e2e: remove {GATED}")
+    wait_for(lambda: (not any(_runs(e2e, k, GATED) for k in (ENV, WEST, HUB)), "left over"), 240, 5,
+             f"{GATED} pruned")
 
 
 def test_a_waiting_job_goes_to_the_worker_that_is_up_and_a_pruned_job_leaves_it(e2e, placed):
