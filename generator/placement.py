@@ -13,6 +13,8 @@ Without `queueing.multiKueue`, every job runs on every cluster of the environmen
   worker    everything a job references but not the job itself (its spec ConfigMap, its NetworkPolicy; the
             Secrets and storage of the platform): MultiKueue copies only the job. A ServiceAccount with a
             ClusterRole on exactly what MultiKueue does there, whose token is in the manager's kubeconfig Secret.
+            And a gate: a worker that lacks a Secret every RayJob reads (made out of git, so it can be lost on one
+            cluster) refuses their Workloads, so MultiKueue places none there (gated_secrets).
 
 A dispatched job can land on any worker, so its checkpoints must be where every worker reaches them (an S3 store
 outside the clusters), or it is pinned to one cluster: a render error otherwise (checkpoint_problem, which
@@ -35,6 +37,12 @@ DEFAULT_SECRET_PREFIX = "multikueue"
 # The kinds whose object MultiKueue dispatches (the job) and that a worker therefore does not render itself.
 JOB_KINDS = ("RayJob", "PyTorchJob")
 MANAGER, WORKER = "manager", "worker"
+# KubeRay reads this key of the Secret named by a Ray cluster's authOptions.secretName (Ray token auth)
+RAY_AUTH_KEY = "auth_token"
+# Kueue names a job's Workload `<kind, lowercase>-<job>-<hash>` (v0.17.0 pkg/controller/jobframework/
+# workload_names.go 68-70), and MultiKueue's copy on a worker keeps the name and labels but not the owner
+# (pkg/controller/admissionchecks/multikueue/workload.go cloneForCreate): the name is what tells a RayJob's Workload.
+RAY_JOB_WORKLOAD_PREFIX = "rayjob-"
 
 
 @dataclass(frozen=True)
@@ -112,6 +120,35 @@ def job_runs_on(env: Environment, entry: dict) -> bool:
 def dispatched(env: Environment, entry: dict) -> bool:
     """Whether MultiKueue places this job (this member's environment dispatches, and the job is not pinned)."""
     return env.placement.dispatches and not entry.get("pinnedTo")
+
+
+def gated_secrets(env: Environment) -> list[dict]:
+    """The Secrets every RayJob of the environment reads, which a worker must have before MultiKueue may place one
+    there: [{name, keys, workloadPrefix}]. Today the Ray auth token (`cluster.auth.secretName` with mode token, which
+    each job's Ray cluster inherits), unless a dispatched Ray job composes another auth of its own: then not every
+    job reads it, and gating on it would keep that job off a worker it could run on. A Secret only some jobs read
+    (a job's secretEnv) is not gated for the same reason; `make fleet` names it when a cluster lacks it."""
+    secret = _auth_secret(env.doc.get("cluster") or {})
+    if secret is None:
+        return []
+    defaults = env.doc.get("jobDefaults") or {}
+    for entry in (env.doc.get("jobs") or {}).values():
+        entry = entry or {}
+        if not entry.get("enabled", True) or entry.get("backend", defaults.get("backend", "ray")) != "ray":
+            continue
+        if not dispatched(env, entry):
+            continue
+        composed = {**(env.doc.get("cluster") or {}).get("auth", {}),
+                    **((defaults.get("cluster") or {}).get("auth") or {}),
+                    **((entry.get("cluster") or {}).get("auth") or {})}
+        if _auth_secret({"auth": composed}) != secret:
+            return []
+    return [{"name": secret, "keys": [RAY_AUTH_KEY], "workloadPrefix": RAY_JOB_WORKLOAD_PREFIX}]
+
+
+def _auth_secret(cluster: dict) -> str | None:
+    auth = cluster.get("auth") or {}
+    return auth.get("secretName") if auth.get("mode") == "token" and auth.get("secretName") else None
 
 
 def summed_quota(workers: list[Environment]) -> dict:

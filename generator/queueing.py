@@ -7,7 +7,8 @@
                    quota has room, so a `suspend: false` in git under self-heal would start jobs that have none
   MultiKueue       on an environment that places its jobs across its clusters (generator/placement.py): the
                    manager's ClusterQueue with the workers' summed quota, its AdmissionCheck, MultiKueueConfig and
-                   MultiKueueClusters; each worker's access for the manager; `managedBy` on dispatched jobs
+                   MultiKueueClusters; each worker's access for the manager, and its gate on the Secrets every
+                   RayJob reads; `managedBy` on dispatched jobs
   Argo CD layer    Kueue itself, an operator like KubeRay (generator/argocd.py), on every cluster of the environment
 """
 from __future__ import annotations
@@ -53,7 +54,8 @@ def platform_values(env: Environment) -> Layer | None:
             "kueueNamespace": KUEUE_NAMESPACE,
             "workers": [{"name": w, "kubeconfigSecret": where.kubeconfig_secret(w)} for w in where.workers]}
     elif where.role == placement.WORKER:
-        values.data["queueing"]["multiKueue"] = {"role": placement.WORKER, "serviceAccount": where.secret_prefix}
+        values.data["queueing"]["multiKueue"] = {"role": placement.WORKER, "serviceAccount": where.secret_prefix,
+                                                 "gatedSecrets": placement.gated_secrets(env)}
     return values
 
 

@@ -59,10 +59,28 @@ def referenced_secrets(apps_env_dir: Path, default_namespace: str = "default") -
 
 def referenced_secrets_in(files: list[Path], default_namespace: str = "default") -> dict[tuple[str, str], set[str]]:
     """As referenced_secrets, of these rendered files (one cluster's: Target.rendered)."""
+    return referenced_secrets_of([yaml.safe_load(path.read_text()) or {} for path in files], default_namespace)
+
+
+def referenced_secrets_of(docs: list[dict], default_namespace: str = "default") -> dict[tuple[str, str], set[str]]:
+    """As referenced_secrets, of these parsed rendered documents."""
     found: dict[tuple[str, str], set[str]] = {}
-    for path in files:
-        doc = yaml.safe_load(path.read_text()) or {}
+    for doc in docs:
         _secret_refs(doc, (doc.get("metadata") or {}).get("namespace", default_namespace), found)
+    return found
+
+
+def gated_secrets(docs: list[dict]) -> set[tuple[str, str]]:
+    """{(namespace, Secret name)} a cluster's API server needs before it admits a job's Workload: the parameters of
+    its rendered ValidatingAdmissionPolicyBindings with parameterNotFoundAction Deny (the MultiKueue worker's gate,
+    charts/platform templates/multikueue.yaml)."""
+    found = set()
+    for doc in docs:
+        if doc.get("kind") != "ValidatingAdmissionPolicyBinding":
+            continue
+        ref = (doc.get("spec") or {}).get("paramRef") or {}
+        if ref.get("name") and ref.get("namespace") and ref.get("parameterNotFoundAction") == "Deny":
+            found.add((ref["namespace"], ref["name"]))
     return found
 
 

@@ -9,7 +9,8 @@ cluster (each of the environment's `clusters:`, through its kubectl context), re
   (argocd/managed), beside the version each Application pins;
 - CRDs: the served versions of the operators' kinds (ray.io, kubeflow.org, kueue.x-k8s.io);
 - GPUs: nvidia.com/gpu allocatable, summed over its nodes;
-- Secrets: the Secrets made out of git (and their keys) that its rendered workloads read.
+- Secrets: the Secrets made out of git (and their keys) that its rendered workloads read, and whether its API server
+  refuses jobs without them (a MultiKueue worker's gate: then no job is placed there until the Secret is back).
 
 Drift is what the contract keeps equal but the clusters do not have alike, or what one cluster lacks: an app out of
 sync or on another revision than the same app elsewhere, an operator image or CRD version that differs, a CRD or
@@ -26,10 +27,14 @@ import yaml
 
 from generator.argocd import APP_LABEL, CLUSTER_LABEL, ENV_LABEL  # what the Argo CD layer labels
 
-from .bootstrap import create_secret_command, patch_secret_command, referenced_secrets_in
+from .bootstrap import create_secret_command, gated_secrets, patch_secret_command, referenced_secrets_of
 from .targets import Clients, OpsError, Target
 
 CRD_GROUPS = ("ray.io", "kubeflow.org", "kueue.x-k8s.io")
+# what a gated Secret's absence means (the MultiKueue worker's admission gate): its API server refuses RayJob
+# Workloads, so MultiKueue places the jobs on the other workers, or holds them until the Secret is back
+GATED = ("no RayJob is placed on this cluster until it is back (its API server refuses their Workloads; MultiKueue "
+         "places them on the other workers meanwhile)")
 GPU = "nvidia.com/gpu"
 
 
@@ -110,15 +115,18 @@ def facts(clients: Clients, tgt: Target, root: Path) -> ClusterFacts:
     for node in core.list_node().items:
         out.nodes += 1
         out.gpus += int((node.status.allocatable or {}).get(GPU, 0) or 0)
-    for (namespace, secret), keys in sorted(referenced_secrets_in(tgt.rendered(root), tgt.namespace).items()):
+    docs = [yaml.safe_load(path.read_text()) or {} for path in tgt.rendered(root)]
+    gated = gated_secrets(docs)
+    for (namespace, secret), keys in sorted(referenced_secrets_of(docs, tgt.namespace).items()):
+        fact = {"keys": sorted(keys), "gated": (namespace, secret) in gated}
         try:
             have = core.read_namespaced_secret(secret, namespace).data or {}
         except Exception as exc:  # noqa: BLE001 - a 404 is the fact; anything else is raised again
             if getattr(exc, "status", None) != 404:
                 raise
-            out.secrets[f"{namespace}/{secret}"] = {"keys": sorted(keys), "missing": True, "missingKeys": sorted(keys)}
+            out.secrets[f"{namespace}/{secret}"] = {**fact, "missing": True, "missingKeys": sorted(keys)}
             continue
-        out.secrets[f"{namespace}/{secret}"] = {"keys": sorted(keys), "missing": False,
+        out.secrets[f"{namespace}/{secret}"] = {**fact, "missing": False,
                                                "missingKeys": sorted(k for k in keys if k not in have)}
     return out
 
@@ -158,11 +166,12 @@ def drift(all_facts: list[ClusterFacts], targets: list[Target]) -> list[Drift]:
         for ref, s in sorted(f.secrets.items()):
             namespace, name = ref.split("/", 1)
             if s["missing"]:
-                what = (f"Secret {ref} is missing (keys {', '.join(s['keys'])}): the jobs that read it cannot start "
-                        "on this cluster")
+                what = f"Secret {ref} is missing (keys {', '.join(s['keys'])}): " + (
+                    GATED if s.get("gated") else "the jobs that read it cannot start on this cluster")
                 fix = create_secret_command(f.context, namespace, name, s["missingKeys"])
             elif s["missingKeys"]:
-                what = f"Secret {ref} lacks the keys {', '.join(s['missingKeys'])}"
+                what = f"Secret {ref} lacks the keys {', '.join(s['missingKeys'])}" + (
+                    f": {GATED}" if s.get("gated") else "")
                 fix = patch_secret_command(f.context, namespace, name, s["missingKeys"])
             else:
                 continue

@@ -139,6 +139,55 @@ def test_a_dispatched_job_is_the_managers_and_each_worker_holds_what_it_referenc
     assert {"rayjobs", "pytorchjobs", "configmaps"} <= {r for rule in role["rules"] for r in rule["resources"]}
 
 
+def test_each_worker_refuses_a_rayjobs_workload_while_the_ray_auth_secret_is_missing():
+    """The gate: one ValidatingAdmissionPolicy per Secret every RayJob reads (the Ray auth token), its binding taking
+    that Secret as parameter with parameterNotFoundAction Deny, on Workload creation in the namespace, for the
+    Workloads Kueue names after a RayJob; the manager holds no jobs' pods and renders none."""
+    for w in WORKERS:
+        platform = EKS / "clusters" / w / "platform"
+        (policy,) = by_kind(platform, "ValidatingAdmissionPolicy")
+        (binding,) = by_kind(platform, "ValidatingAdmissionPolicyBinding")
+        spec = policy["spec"]
+        assert spec["paramKind"] == {"apiVersion": "v1", "kind": "Secret"} and spec["failurePolicy"] == "Fail"
+        assert spec["matchConstraints"]["resourceRules"] == [{"apiGroups": ["kueue.x-k8s.io"], "apiVersions": ["*"],
+                                                              "resources": ["workloads"], "operations": ["CREATE"]}]
+        assert [c["expression"] for c in spec["matchConditions"]] == ["object.metadata.name.startsWith('rayjob-')"]
+        assert [v["expression"] for v in spec["validations"]] == [
+            "has(params.data) && ['auth_token'].all(k, k in params.data)"]
+        assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+        assert binding["spec"]["paramRef"] == {"name": "ray-auth-token", "namespace": "ray-training",
+                                               "parameterNotFoundAction": "Deny"}
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert binding["spec"]["matchResources"] == {"namespaceSelector": {"matchLabels": {
+            "kubernetes.io/metadata.name": "ray-training"}}}
+    kinds = {d["kind"] for d in docs(EKS / "clusters" / HUB / "platform")}
+    assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    # the platform project may sync them (cluster-scoped: the workload project may not)
+    project = yaml.safe_load((REPO / "argocd" / "managed" / "appproject-eks-platform.yaml").read_text())
+    allowed = {(k["group"], k["kind"]) for k in project["spec"]["clusterResourceWhitelist"]}
+    assert {("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
+            ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding")} <= allowed
+
+
+def test_no_gate_on_a_secret_a_dispatched_ray_job_does_not_read(repo_copy):
+    """A dispatched Ray job with its own auth Secret does not read the environment's: gating on it would keep that
+    job off a worker it could run on, so no worker is gated on it."""
+    env = repo_copy / "environments" / "eks.yaml"
+    env.write_text(env.read_text() + DISPATCHED.replace(
+        "    job:\n      spec:\n        config: {numWorkers: 2",
+        "      auth: {mode: token, secretName: team-b-ray-token}\n    job:\n      spec:\n        config: {numWorkers: 2", 1))
+    proc = run_generator(repo_copy, "render")
+    assert proc.returncode == 0, proc.stderr
+    for w in WORKERS:
+        kinds = {d["kind"] for d in docs(repo_copy / "apps" / "eks" / "clusters" / w / "platform")}
+        assert "ValidatingAdmissionPolicyBinding" not in kinds, w
+    # without that override the same dispatched jobs leave the gate in place
+    env.write_text((REPO / "environments" / "eks.yaml").read_text() + DISPATCHED)
+    assert run_generator(repo_copy, "render").returncode == 0
+    for w in WORKERS:
+        assert by_kind(repo_copy / "apps" / "eks" / "clusters" / w / "platform", "ValidatingAdmissionPolicyBinding")
+
+
 @pytest.mark.parametrize("edit,needle,expected", [
     (("    manager: hub\n", "    manager: central\n"), "    manager: central",
      r"queueing\.multiKueue\.manager: 'central' is not one of its clusters \(expected one of: eks, west-b, hub\)"),

@@ -134,6 +134,22 @@ def test_a_secret_missing_on_one_cluster_is_named_with_that_cluster_and_the_comm
     assert "never from git" in drift[0]["fix"]
 
 
+def test_a_gated_secret_says_no_job_is_placed_there_and_another_keeps_its_own_advice():
+    """eks's API server refuses RayJob Workloads without the Ray auth Secret (its rendered admission binding): the
+    drift says no job is placed there; a Secret only one job reads (hf-token) keeps the plain advice."""
+    result = status(home=Cluster(secrets={}))
+    home = {d["what"].split(" is missing")[0]: d["what"] for d in result["drift"] if d["cluster"] == "eks"}
+    assert "no RayJob is placed on this cluster until it is back" in home["Secret ray-training/ray-auth-token"]
+    assert home["Secret ray-training/hf-token"].endswith("the jobs that read it cannot start on this cluster")
+    facts = {c["cluster"]: c for c in result["clusters"]}
+    assert facts["eks"]["secrets"]["ray-training/ray-auth-token"]["gated"] is True
+    assert facts["eks"]["secrets"]["ray-training/hf-token"]["gated"] is False
+    lacking = status(west=Cluster(secrets={"ray-training/ray-auth-token": {"other": "eA=="},
+                                           "ray-training/hf-token": {"token": "eA=="}}))["drift"]
+    assert [d["what"] for d in lacking] == [
+        f"Secret ray-training/ray-auth-token lacks the keys auth_token: {fleet.GATED}"]
+
+
 def test_a_missing_key_is_named_and_patched_in():
     result = status(home=Cluster(secrets={"ray-training/ray-auth-token": {"other": "eA=="},
                                           "ray-training/hf-token": {"token": "eA=="}}))
