@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from training.job.parts import Data, FrozenMap, Model, freeze, given, thaw
+from training.job.parts import Data, FrozenMap, Model, freeze, thaw
 
 #: A run prints its raw figures on the line that starts with this (ops reads it from a cluster job's log).
 RESULT_PREFIX = "BENCH_RESULT "
@@ -70,9 +70,10 @@ class TrainSettings:
         """``value`` itself, or the settings its JSON form (a run's raw result, a report) describes."""
         if isinstance(value, TrainSettings):
             return value
-        model = given(value["model"], {"filters": ("filters", tuple), "dense": ("dense", int),
-                                       "convDropout": ("conv_dropout", float), "denseDropout": ("dense_dropout", float)})
-        return cls(data=freeze(value["data"]), model=Model(**model), epochs=int(value["epochs"]),
+        m = value["model"]  # as Model.as_spec() wrote it
+        model = Model(filters=tuple(m["filters"]), dense=int(m["dense"]), conv_dropout=float(m["convDropout"]),
+                      dense_dropout=float(m["denseDropout"]))
+        return cls(data=freeze(value["data"]), model=model, epochs=int(value["epochs"]),
                    repeats=int(value["repeats"]), batch_size=int(value["batchSize"]), lr=float(value["lr"]),
                    seed=int(value.get("seed", cls.seed)), frameworks=tuple(value["frameworks"]),
                    workers=tuple(value["workers"]), threads=tuple(value["threads"]), warm=bool(value.get("warm")),

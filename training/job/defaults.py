@@ -6,18 +6,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from training.frameworks import registry
 from training.frameworks.base import Framework
-from training.job.parts import Checkpoint, Data, Job, Model, Training, Workers, freeze, given
+from training.job.parts import Checkpoint, Data, Job, Model, SearchParam, Training, Tune, Workers, freeze
+from training.job.search import target_of
 
 #: Environment variable with the default storage path (the RayJob chart sets it to the checkpoint PVC mount).
 STORAGE_ENV = "TRAINING_STORAGE_PATH"
 DEFAULT_STORAGE = "results/training"
 
+
+def _given(block: Mapping[str, Any], fields: Mapping[str, tuple[str, Callable[[Any], Any] | None]]) -> dict[str, Any]:
+    """The fields a spec block writes, converted (``{specKey: (field, convert or None to keep it as written)}``):
+    what the block leaves out takes the typed job's own default, which is written once, on its dataclass."""
+    return {name: convert(block[key]) if convert else block[key] for key, (name, convert) in fields.items()
+            if key in block}
 
 def _abs_storage(path: str, base: Path | None = None) -> str:
     """Local paths become absolute; URIs (s3://, gs://, file://...) stay as they are."""
@@ -45,8 +52,6 @@ def normalize(spec: Mapping[str, Any], environ: Mapping[str, str] | None = None)
         checkpoint=_checkpoint(spec.get("checkpoint", {}) or {}, environ),
     )
     if mode == "tune":
-        from training.job.search import normalize_tune
-
         job = dataclasses.replace(job, tune=normalize_tune(spec.get("tuneConfig") or {}, job.training, job.workers))
     if not job.name:
         from training.job.identity import derived_name
@@ -69,9 +74,9 @@ def _workers(cfg: Mapping[str, Any], sc: Mapping[str, Any]) -> Workers:
         health_check=freeze(cfg.get("healthCheck") or {}),
         written_in=freeze({key: "trainConfig.scalingConfig" if key in sc else "config"
                            for key in ("numWorkers", "useGpu") if key in sc or key in cfg}),
-        **given(rpw, {"cpu": ("cpu", float)}),
-        **given(sc, {"placementStrategy": ("placement_strategy", str)}),
-        **given(cfg, {"resourceWaitSeconds": ("resource_wait_s", float)}),
+        **_given(rpw, {"cpu": ("cpu", float)}),
+        **_given(sc, {"placementStrategy": ("placement_strategy", str)}),
+        **_given(cfg, {"resourceWaitSeconds": ("resource_wait_s", float)}),
     )
 
 
@@ -84,7 +89,7 @@ def _training(tc: Mapping[str, Any], framework: Framework) -> Training:
         epochs=int(tc.get("epochs", framework.epochs)),
         batch_size=int(tc.get("batchSize", framework.batch_size)),
         lr=float(tc.get("lr", framework.lr)),
-        model=Model(**given(tc.get("model") or {}, {
+        model=Model(**_given(tc.get("model") or {}, {
             "filters": ("filters", tuple), "dense": ("dense", int), "convDropout": ("conv_dropout", float),
             "denseDropout": ("dense_dropout", float)})),
         xgboost=freeze(tc.get("xgboost") or {}),
@@ -92,13 +97,13 @@ def _training(tc: Mapping[str, Any], framework: Framework) -> Training:
         collective_timeout_s=int(timeout) if timeout else None,
         builtin_model=framework.builtin_model and not tc.get("trainerPath"),
         params_block=framework.params_block,
-        **given(tc, {"seed": ("seed", int)}),
+        **_given(tc, {"seed": ("seed", int)}),
     )
 
 
 def data_block(data: Mapping[str, Any]) -> Data:
     """A spec's ``data`` block (validated) with its defaults, as the data loaders take it."""
-    return Data(**given(data, {
+    return Data(**_given(data, {
         "source": ("source", str), "path": ("path", lambda p: _abs_storage(p) if p else None),
         "validationFraction": ("validation_fraction", float), "maxTrainSamples": ("max_train_samples", None),
         "maxValSamples": ("max_val_samples", None), "numSamples": ("num_samples", int),
@@ -114,7 +119,70 @@ def _checkpoint(ck: Mapping[str, Any], environ: Mapping[str, str]) -> Checkpoint
         storage_path=_abs_storage(storage),
         storage_source="spec" if ck.get("storagePath") else (STORAGE_ENV if environ.get(STORAGE_ENV) else "default"),
         resume_from=_abs_storage(resume_from) if resume_from else None,
-        **given(ck, {"everyEpochs": ("every_epochs", int), "keepBest": ("keep_best", None),
+        **_given(ck, {"everyEpochs": ("every_epochs", int), "keepBest": ("keep_best", None),
                       "metric": ("metric", None), "metricMode": ("metric_mode", None),
                       "maxFailures": ("max_failures", int)}),
     )
+
+
+# ---------------------------------------------------------------- mode tune: the search
+
+def resolve_runner(runner: str, workers: int) -> str:
+    """``auto``: a multi-worker trial is a Ray Train run; a one-worker trial trains in the trial's own process."""
+    if runner == "auto":
+        return "train" if workers > 1 else "local"
+    return runner
+
+
+def default_perturbation_interval(epochs: int) -> int:
+    return max(1, epochs // 4)
+
+
+def normalize_tune(tc: Mapping[str, Any], training: Training, workers: Workers) -> Tune:
+    """The normalized ``tuneConfig`` (defaults filled in) of a validated ``mode: tune`` spec."""
+    space = []
+    for key, dist in (tc.get("searchSpace") or {}).items():
+        target, info = target_of(key, training.framework, bool(training.trainer_path), f"tuneConfig.searchSpace.{key}")
+        space.append(SearchParam(key=key, target=target, kind=info[0], type=dist["type"], min=dist.get("min"),
+                                 max=dist.get("max"), q=dist.get("q"), values=freeze(dist.get("values"))))
+    scheduler = tc.get("scheduler", Tune.scheduler)
+    runner = resolve_runner(tc.get("trialRunner", "auto"), workers.count)
+    rpt = tc.get("resourcesPerTrial") or {}
+    own_cpu, own_gpu = (workers.cpu, workers.gpu) if runner == "local" else (0, 0)
+    return Tune(
+        search_space=tuple(space),
+        scheduler=scheduler,
+        scheduler_config=freeze(_scheduler_options(scheduler, tc.get("schedulerConfig") or {}, training.epochs)),
+        metric=tc.get("metric") or "",
+        mode=tc.get("mode") or "",
+        trial_cpu=float(rpt.get("cpu", own_cpu)),
+        trial_gpu=float(rpt.get("gpu", own_gpu)),
+        trial_runner=runner,
+        seed=int(tc.get("seed", training.seed)),
+        **_given(tc, {"numSamples": ("num_samples", int), "maxConcurrentTrials": ("max_concurrent_trials", None),
+                     "maxFailures": ("max_failures", int),
+                     "keepCheckpointsPerTrial": ("keep_checkpoints_per_trial", int)}),
+    )
+
+
+
+def _scheduler_options(scheduler: str, opts: Mapping[str, Any], epochs: int) -> dict[str, Any]:
+    """A scheduler's options with their defaults (the trial's epochs bound ASHA's maxT and PBT's interval); an option
+    of another scheduler stays as written, for the check to name it."""
+    own = _own_options(scheduler, opts, epochs)
+    return {**{k: v for k, v in opts.items() if k not in own}, **own}
+
+
+def _own_options(scheduler: str, opts: Mapping[str, Any], epochs: int) -> dict[str, Any]:
+    if scheduler == "asha":
+        return {"gracePeriod": int(opts.get("gracePeriod", 1)), "reductionFactor": float(opts.get("reductionFactor", 3)),
+                "maxT": int(opts.get("maxT", epochs)), "brackets": int(opts.get("brackets", 1))}
+    if scheduler == "median":
+        return {"gracePeriod": int(opts.get("gracePeriod", 1)),
+                "minSamplesRequired": int(opts.get("minSamplesRequired", 3))}
+    if scheduler == "pbt":
+        return {"perturbationInterval": int(opts.get("perturbationInterval", default_perturbation_interval(epochs))),
+                "quantileFraction": float(opts.get("quantileFraction", 0.25)),
+                "resampleProbability": float(opts.get("resampleProbability", 0.25)),
+                "synch": bool(opts.get("synch", False))}
+    return dict(opts)

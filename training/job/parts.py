@@ -11,7 +11,7 @@ workers and Tune keeps them with its experiment), so every part pickles as plain
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -43,13 +43,6 @@ def thaw(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [thaw(v) for v in value]
     return value
-
-
-def given(block: Mapping[str, Any], fields: Mapping[str, tuple[str, Callable[[Any], Any] | None]]) -> dict[str, Any]:
-    """The fields a spec block writes, converted (``{specKey: (field, convert or None to keep it as written)}``):
-    what the block leaves out takes the typed job's own default, which is written once, on its dataclass."""
-    return {name: convert(block[key]) if convert else block[key] for key, (name, convert) in fields.items()
-            if key in block}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""``tuneConfig`` of a ``mode: tune`` spec: what the schema cannot check, and the normalized form the driver uses.
-
-Runs before Ray is imported (called from :func:`training.job.checks.semantic_checks` and :func:`training.job.defaults.normalize`),
-so every bad search space, scheduler option or metric is reported before any trial starts, naming the field.
+"""The search space of a ``mode: tune`` spec: what each search-space key sets (:func:`target_of`), and what the schema
+cannot check of the search, on the typed job (:func:`check_search`); :func:`training.job.defaults.normalize_tune`
+builds the typed search with its defaults. Runs before Ray is imported, so every bad search space, scheduler option
+or metric is reported before any trial starts, naming the field.
 
 Search-space keys name trainConfig fields:
 
@@ -23,7 +23,7 @@ from typing import Any
 
 from training.errors import SpecError
 from training.frameworks import registry
-from training.job.parts import Job, SearchParam, Training, Tune, Workers, freeze, given
+from training.job.parts import Job, Tune
 
 #: Filled in by Tune itself for every report.
 TUNE_METRICS = ("training_iteration", "time_total_s", "time_this_iter_s")
@@ -211,64 +211,3 @@ def _check_scheduler(tcfg: Tune, epochs: int) -> None:
         if interval >= epochs:
             raise _err(f"perturbationInterval ({interval}) must be below trainConfig.epochs ({epochs}), or pbt never "
                        "perturbs", "tuneConfig.schedulerConfig.perturbationInterval")
-
-
-def default_perturbation_interval(epochs: int) -> int:
-    return max(1, epochs // 4)
-
-
-def resolve_runner(runner: str, workers: int) -> str:
-    """``auto``: a multi-worker trial is a Ray Train run; a one-worker trial trains in the trial's own process."""
-    if runner == "auto":
-        return "train" if workers > 1 else "local"
-    return runner
-
-
-def normalize_tune(tc: Mapping[str, Any], training: Training, workers: Workers) -> Tune:
-    """The normalized ``tuneConfig`` (defaults filled in) of a validated ``mode: tune`` spec."""
-    space = []
-    for key, dist in (tc.get("searchSpace") or {}).items():
-        target, info = target_of(key, training.framework, bool(training.trainer_path), f"tuneConfig.searchSpace.{key}")
-        space.append(SearchParam(key=key, target=target, kind=info[0], type=dist["type"], min=dist.get("min"),
-                                 max=dist.get("max"), q=dist.get("q"), values=freeze(dist.get("values"))))
-    scheduler = tc.get("scheduler", Tune.scheduler)
-    runner = resolve_runner(tc.get("trialRunner", "auto"), workers.count)
-    rpt = tc.get("resourcesPerTrial") or {}
-    own_cpu, own_gpu = (workers.cpu, workers.gpu) if runner == "local" else (0, 0)
-    return Tune(
-        search_space=tuple(space),
-        scheduler=scheduler,
-        scheduler_config=freeze(_scheduler_options(scheduler, tc.get("schedulerConfig") or {}, training.epochs)),
-        metric=tc.get("metric") or "",
-        mode=tc.get("mode") or "",
-        trial_cpu=float(rpt.get("cpu", own_cpu)),
-        trial_gpu=float(rpt.get("gpu", own_gpu)),
-        trial_runner=runner,
-        seed=int(tc.get("seed", training.seed)),
-        **given(tc, {"numSamples": ("num_samples", int), "maxConcurrentTrials": ("max_concurrent_trials", None),
-                     "maxFailures": ("max_failures", int),
-                     "keepCheckpointsPerTrial": ("keep_checkpoints_per_trial", int)}),
-    )
-
-
-
-def _scheduler_options(scheduler: str, opts: Mapping[str, Any], epochs: int) -> dict[str, Any]:
-    """A scheduler's options with their defaults (the trial's epochs bound ASHA's maxT and PBT's interval); an option
-    of another scheduler stays as written, for the check to name it."""
-    own = _own_options(scheduler, opts, epochs)
-    return {**{k: v for k, v in opts.items() if k not in own}, **own}
-
-
-def _own_options(scheduler: str, opts: Mapping[str, Any], epochs: int) -> dict[str, Any]:
-    if scheduler == "asha":
-        return {"gracePeriod": int(opts.get("gracePeriod", 1)), "reductionFactor": float(opts.get("reductionFactor", 3)),
-                "maxT": int(opts.get("maxT", epochs)), "brackets": int(opts.get("brackets", 1))}
-    if scheduler == "median":
-        return {"gracePeriod": int(opts.get("gracePeriod", 1)),
-                "minSamplesRequired": int(opts.get("minSamplesRequired", 3))}
-    if scheduler == "pbt":
-        return {"perturbationInterval": int(opts.get("perturbationInterval", default_perturbation_interval(epochs))),
-                "quantileFraction": float(opts.get("quantileFraction", 0.25)),
-                "resampleProbability": float(opts.get("resampleProbability", 0.25)),
-                "synch": bool(opts.get("synch", False))}
-    return dict(opts)
