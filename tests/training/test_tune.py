@@ -219,8 +219,8 @@ def test_a_search_started_under_the_old_module_paths_resumes_under_the_new_ones(
     r1 = json.loads((tmp_path / "r1.json").read_text())
     assert r1["status"] == "partial", (r1.get("error"), out.stderr[-3000:])
     assert r1["results"]["trialsRanToEnd"] == 1
-    state = b"".join(p.read_bytes() for p in (runner.storage / spec["name"]).glob("experiment_state*"))
-    assert b"training.tune_events" in state and b"training.tune.events" not in state  # stored under the old paths
+    tuner = (runner.storage / spec["name"] / "tuner.pkl").read_bytes()  # what Tuner.restore unpickles
+    assert b"training.tune_events" in tuner and b"training.tune.events" not in tuner  # stored under the old paths
 
     code, resumed, _ = run(str(path), output=str(tmp_path / "resumed.json"), resume=True,
                            environ={"TRAINING_EPOCH_LEDGER": str(ledger)})
