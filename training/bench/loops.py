@@ -213,14 +213,32 @@ def _run_plain(cfg: Config, settings: TrainSettings, marks: dict[str, float]) ->
     return {"config": cfg.to_json(), "workers": [res], "driver": marks}
 
 
-def _ray_trainer(cfg: Config, loop_config: dict[str, Any], store: str):
+try:
+    from ray.train import UserCallback as _UserCallback
+except Exception:  # only a base class; the module still imports without Ray Train
+    _UserCallback = object
+
+
+class ControllerClock(_UserCallback):
+    """Marks when Ray Train's controller is up: a ``UserCallback`` is unpickled in the controller's process as it
+    starts (timed from inside, with the wall clock the workers' marks use), before it creates the worker group."""
+
+    def __init__(self, queue):
+        self.queue = queue
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.queue.put({"marks": {"controllerUp": now(), "controllerPid": os.getpid()}})
+
+
+def _ray_trainer(cfg: Config, loop_config: dict[str, Any], store: str, callbacks: list | None = None):
     import ray.train
 
     from training.frameworks import registry
 
     worker_env = registry.get(cfg.framework).worker_env
     scaling = ray.train.ScalingConfig(num_workers=cfg.workers, resources_per_worker={"CPU": 1})
-    run_config = ray.train.RunConfig(name=f"bench-{cfg.key.replace('/', '-')}", storage_path=store,
+    run_config = ray.train.RunConfig(name=f"bench-{cfg.key.replace('/', '-')}", storage_path=store, callbacks=callbacks,
                                      worker_runtime_env={"env_vars": dict(worker_env)} if worker_env else None)
     if cfg.framework == "pytorch":
         from ray.train.torch import TorchTrainer
@@ -256,11 +274,20 @@ def _run_ray(cfg: Config, settings: TrainSettings, marks: dict[str, float],
     marks["rayInit"] = now()
     queue = Queue(actor_options={"num_cpus": 0})
     store = tempfile.mkdtemp(prefix="bench-train-")
-    trainer = _ray_trainer(cfg, {"settings": settings, "queue": queue}, store)
+    trainer = _ray_trainer(cfg, {"settings": settings, "queue": queue}, store, [ControllerClock(queue)])
     marks["fitCall"] = now()
     trainer.fit()
     marks["fitDone"] = now()
-    workers = sorted((queue.get(timeout=60) for _ in range(cfg.workers)), key=lambda r: r["rank"])
+    items: list[dict[str, Any]] = []
+    while sum("rank" in i for i in items) < cfg.workers:  # every worker's result ...
+        items.append(queue.get(timeout=60))
+    while not queue.empty():  # ... and the controller's mark (a copy made in this process marks nothing of its own)
+        items.append(queue.get_nowait())
+    workers = sorted((i for i in items if "rank" in i), key=lambda r: r["rank"])
+    ups = [i["marks"]["controllerUp"] for i in items
+           if "rank" not in i and i["marks"]["controllerPid"] != os.getpid() and i["marks"]["controllerUp"] >= marks["fitCall"]]
+    if ups:
+        marks["controllerUp"] = min(ups)
     cluster_cpus = float(ray.cluster_resources().get("CPU", 0))
     if started:
         ray.shutdown()

@@ -57,9 +57,14 @@ def _ray_phases(d: dict, ws: list[dict], spawn: float, first_step: float) -> dic
     phases = {"python + ray imports": d["imported"] - spawn, "ray.init": d["rayInit"] - d["imported"],
               "trainer setup (result queue actor, trainer import)": d["fitCall"] - d["rayInit"]}
     starts = [w["marks"].get("processStart") for w in ws]
+    controller = d.get("controllerUp")
     if all(starts) and all(d["fitCall"] <= s <= enter for s in starts):
         last_start = max(starts)
-        phases["fit -> worker processes started"] = last_start - d["fitCall"]
+        if controller and d["fitCall"] <= controller <= min(starts):
+            phases["fit -> Train controller up"] = controller - d["fitCall"]
+            phases["controller -> worker group (processes started)"] = last_start - controller
+        else:
+            phases["fit -> worker processes started"] = last_start - d["fitCall"]
         phases["worker init + backend (process group / TF_CONFIG)"] = enter - last_start
     else:
         phases["fit -> workers ready (incl. process group / TF_CONFIG)"] = enter - d["fitCall"]
