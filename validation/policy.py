@@ -476,7 +476,7 @@ def rule_readonly_root_scratch(manifests: Sequence[Manifest], facts: EnvFacts) -
 # --- checkpoint-storage-shared -----------------------------------------------------------------------------------
 
 # How `python -m training run` chooses its storage: checkpoint.storagePath of the spec, else $TRAINING_STORAGE_PATH,
-# else ./results/training under the working directory (training/spec.py).
+# else ./results/training under the working directory (training/job/defaults.py).
 STORAGE_ENV = "TRAINING_STORAGE_PATH"
 DEFAULT_STORAGE = "./results/training"
 _TRAINING_RUN = re.compile(r"(?:^|\s)(?:-m\s+)?training\s+run(?:\s|$)")

@@ -223,3 +223,18 @@ def test_the_writer_check_can_fail(tmp_path):
                    "    storage.write_bytes(p, b'')\n    open(p, encoding='utf-8').read()\n")
     assert sorted(w.split(": ", 1)[1] for w in _writes(bad, tmp_path)) == ["fs.open_output_stream", "open(..., 'w')",
                                                                            "p.write_text"]
+
+
+def test_every_folder_of_modules_is_a_package_the_install_takes():
+    """The image installs training/ with pip (not editable): setuptools' packages.find (pyproject.toml) takes a folder
+    only when it has an __init__.py, so a folder of modules without one would be missing from the image while every
+    test here passes from the checkout (training/runtime/ was, for a while)."""
+    import tomllib
+
+    from setuptools import find_packages
+
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    found = set(find_packages(str(REPO), include=include))
+    folders = {".".join(p.parent.relative_to(REPO).parts) for p in SOURCES}
+    folders = {f for f in folders if not f.startswith("training.examples")}  # data: package-data, not imported
+    assert folders - found == set(), f"folders with modules setuptools does not install: {sorted(folders - found)}"

@@ -60,7 +60,7 @@ CASES = [
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
 def test_every_metric_the_built_in_loops_report_can_be_tuned(framework):
-    """The loops report `steps` (training/train_torch.py, train_tf.py): tuneConfig.metric accepts it."""
+    """The loops report `steps` (training/frameworks/pytorch.py, tensorflow.py): tuneConfig.metric accepts it."""
     spec = spec_with(metric="steps", mode="max")
     spec["trainConfig"]["framework"] = framework
     validate_spec(spec)
