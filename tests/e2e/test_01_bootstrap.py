@@ -8,6 +8,7 @@ import pytest
 
 from e2e import nodes
 from tests.e2e import harness
+from tests.e2e.conftest import MAKE_BOOTSTRAP_TIMEOUT
 from tests.e2e.harness import operator_apps, wait_for
 
 BOOTSTRAP_TIMEOUT = 600  # as make bootstrap is given (conftest.py): the root waits for every operator app to be Synced
@@ -104,7 +105,7 @@ def test_make_bootstrap_follows_the_environment_until_settled_and_names_the_dash
     each Application of the environment as Argo CD moved it, ended 0 once all were Synced and Healthy (a job's app:
     Synced with its job running), and printed where the standing cluster's Ray dashboard is."""
     run = bootstrapped.bootstraps[env]
-    rc = run.wait(BOOTSTRAP_TIMEOUT + 120)
+    rc = run.wait(MAKE_BOOTSTRAP_TIMEOUT + 120)
     out = run.output
     assert rc == 0, f"make bootstrap ENV={env} ended {rc}:\n{out[-3000:]}"
     assert "application.argoproj.io/ray-gitops serverside-applied" in out, out[:2000]
