@@ -11,7 +11,7 @@ from tests.e2e import harness
 from tests.e2e.conftest import MAKE_BOOTSTRAP_TIMEOUT
 from tests.e2e.harness import operator_apps, wait_for
 
-BOOTSTRAP_TIMEOUT = 600  # as make bootstrap is given (conftest.py): the root waits for every operator app to be Synced
+BOOTSTRAP_TIMEOUT = MAKE_BOOTSTRAP_TIMEOUT  # as make bootstrap is given (conftest.py): the root waits for every operator app to be Synced
 
 
 def test_applicationsets_generate_every_promised_application(e2e, bootstrapped):
