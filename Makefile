@@ -48,9 +48,9 @@ test: setup ## ruff check (pyproject.toml's rules), then the whole test suite
 	@$(PY) -m ruff check .
 	@$(PY) -m pytest
 
-test-fast: setup ## the tests that start no Ray and build nothing from Go (the lanes: tests/conftest.py), for a quick loop
+test-fast: setup ## the tests that start no Ray and build nothing from Go (the lanes: tests/conftest.py), for a quick loop, one process per core (pytest-xdist)
 	@$(PY) -m ruff check .
-	@$(PY) -m pytest -q -m "not e2e and not ray and not go"
+	@$(PY) -m pytest -q -n auto -m "not e2e and not ray and not go"
 
 train: setup ## run a training job spec, locally or against RAY_ADDRESS (SPEC=..., OUTPUT=..., NAME=...)
 	@$(PY) -m training run $(or $(SPEC),training/examples/digits-torch.yaml) $(if $(OUTPUT),--output $(OUTPUT)) $(if $(NAME),--name $(NAME))
