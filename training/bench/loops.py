@@ -82,20 +82,33 @@ def torch_train(settings: TrainSettings, shard, threads: int, rank: int = 0, wor
             "parameters": sum(p.numel() for p in bare.parameters())}
 
 
-def _ray_torch_worker(config: dict[str, Any]) -> None:
-    """Ray Train per-worker function (TorchTrainer)."""
-    enter = now()
+def _ray_worker_shard(config: dict[str, Any]):
+    """What both timed Ray Train workers start with: the settings, this worker's rank and world size, its data
+    shard."""
     import ray.train
-    import torch
-    import torch.distributed as dist
-    from ray.train.torch import prepare_model
 
     from training.runtime.data import load_shard
 
     settings = config["settings"]
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    shard = load_shard(settings.data_part, rank, world, settings.seed)
+    return settings, rank, world, load_shard(settings.data_part, rank, world, settings.seed)
+
+
+def _ray_worker_result(config: dict[str, Any], res: dict[str, Any], enter: float, data_done: float) -> None:
+    """What both timed Ray Train workers end with: their marks, then the result on the run's queue."""
+    res["marks"].update({"loopEnter": enter, "dataDone": data_done, "processStart": process_start_time()})
+    config["queue"].put(res)
+
+
+def _ray_torch_worker(config: dict[str, Any]) -> None:
+    """Ray Train per-worker function (TorchTrainer)."""
+    enter = now()
+    import torch
+    import torch.distributed as dist
+    from ray.train.torch import prepare_model
+
+    settings, rank, world, shard = _ray_worker_shard(config)
     data_done = now()
 
     def allreduce(values):
@@ -105,8 +118,7 @@ def _ray_torch_worker(config: dict[str, Any]) -> None:
         return t.tolist()
 
     res = torch_train(settings, shard, 1, rank, world, wrap=prepare_model, allreduce=allreduce)
-    res["marks"].update({"loopEnter": enter, "dataDone": data_done, "processStart": process_start_time()})
-    config["queue"].put(res)
+    _ray_worker_result(config, res, enter, data_done)
 
 
 # ---------------------------------------------------------------- TensorFlow: one loop for plain and Ray
@@ -181,18 +193,10 @@ def tf_train(settings: TrainSettings, shard, threads: int, rank: int = 0, world:
 def _ray_tf_worker(config: dict[str, Any]) -> None:
     """Ray Train per-worker function (TensorflowTrainer: TF_CONFIG is set, MultiWorkerMirroredStrategy)."""
     enter = now()
-    import ray.train
-
-    from training.runtime.data import load_shard
-
-    settings = config["settings"]
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    shard = load_shard(settings.data_part, rank, world, settings.seed)
+    settings, rank, world, shard = _ray_worker_shard(config)
     data_done = now()
     res = tf_train(settings, shard, 1, rank, world, distributed=True)
-    res["marks"].update({"loopEnter": enter, "dataDone": data_done, "processStart": process_start_time()})
-    config["queue"].put(res)
+    _ray_worker_result(config, res, enter, data_done)
 
 
 # ---------------------------------------------------------------- one configuration, in this (child) process
