@@ -102,6 +102,16 @@ def refresh(current: dict) -> None:
                     raise
 
 
+def request_reconcile(current: dict, names: list[str] | None = None) -> None:
+    """Ask Argo CD to reconcile Applications now (all, or `names`), as its UI's and CLI's refresh does: the
+    `argocd.argoproj.io/refresh: normal` annotation, which the application-controller takes off again. The
+    reconcile it starts is the periodic resync's (compare with the latest revision, then auto-sync and self-heal
+    decide), only not waiting for the period."""
+    kubeconfig, context = management(current)
+    kube.kubectl(kubeconfig, context, "-n", ARGOCD_NS, "annotate", "--overwrite", "applications",
+                 *(names or ["--all"]), "argocd.argoproj.io/refresh=normal")
+
+
 def push(current: dict, message: str, the_world: world.World | None = None) -> str:
     """Commit the checkout and push it to the local remote; the world map is applied again first (a render in
     the checkout writes the real URLs back into argocd/). Returns the new commit."""

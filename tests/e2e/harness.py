@@ -230,6 +230,22 @@ class Harness:
                              f"{': ' + res['health']['message'][:200] if (res.get('health') or {}).get('message') else ''}")
         return "; ".join(parts)
 
+    def app(self, name: str) -> dict:
+        return next(a for a in self.apps() if a["metadata"]["name"] == name)
+
+    def reconcile(self, name: str, timeout: float = 120) -> dict:
+        """One reconcile of Application `name`, asked for now rather than waited for (the resync period is Argo
+        CD's business, e2e/argo.py): returns the Application once Argo CD reports a newer `reconciledAt`."""
+        before = (self.app(name).get("status") or {}).get("reconciledAt")
+        time.sleep(1.1)  # reconciledAt has whole seconds: the next one must be able to differ
+        gitops.request_reconcile(self.current, [name])
+
+        def check():
+            app = self.app(name)
+            at = (app.get("status") or {}).get("reconciledAt")
+            return at is not None and at != before, app if at != before else f"{name}: reconciledAt still {at}"
+        return wait_for(check, timeout, 1, f"Argo CD did not reconcile {name}")
+
     def expected_apps(self, env: str) -> set[str]:
         """The Applications the README promises for an environment: per cluster of it, the three operator apps and
         one per directory of apps/<env>/ (less `clusters`) and of its own apps/<env>/clusters/<cluster>/, named by

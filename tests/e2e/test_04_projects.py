@@ -13,6 +13,7 @@ import pytest
 
 from e2e import nodes
 from tests.e2e.harness import wait_for
+from tests.e2e.scenarios import RECONCILES
 
 ENVS = nodes.environments()
 APP = "ray-cluster"
@@ -224,10 +225,8 @@ def _quota(value):
 @pytest.mark.skipif(WINDOW_ENV not in ENVS, reason=f"no {WINDOW_ENV} environment in this e2e")
 def test_a_platform_change_waits_for_its_window_and_lands_when_it_closes(e2e, bootstrapped):
     """A deny window (sync.platformWindows) is pushed to the platform project; a quota change pushed while it is
-    open is not synced for three reconcile periods (the live ResourceQuota keeps its old hard limits, the
+    open is not synced through three reconciles (the live ResourceQuota keeps its old hard limits, the
     platform app is OutOfSync, no new sync operation); the window's removal lets it land."""
-    import time
-
     e2e.wait_synced_healthy(WINDOW_ENV, 420, names={f"{WINDOW_ENV}-platform"})
     _edit_and_push(e2e, _set_window, "e2e: a change window for the platform")
     wait_for(lambda: (bool(_project(e2e, f"{WINDOW_ENV}-platform")["spec"].get("syncWindows")), "no window yet"),
@@ -238,12 +237,12 @@ def test_a_platform_change_waits_for_its_window_and_lands_when_it_closes(e2e, bo
     wait_for(lambda: (e2e.app_state(_app(e2e, WINDOW_ENV, platform))[0] == "OutOfSync",
                       e2e.describe(_app(e2e, WINDOW_ENV, platform))), 120, 3,
              "Argo CD did not see the platform change")
-    time.sleep(65)  # three reconcile periods (--app-resync 20)
-    app = _app(e2e, WINDOW_ENV, platform)
-    assert e2e.app_state(app)[0] == "OutOfSync", e2e.describe(app)
-    assert ((app.get("status") or {}).get("operationState") or {}).get("startedAt") == started, \
-        "a sync ran inside the deny window"
-    assert all(QUOTA_KEY not in hard for hard in _live_quota(e2e, WINDOW_ENV).values())
+    for _ in range(RECONCILES):  # three reconciles, each one where auto-sync would have synced
+        app = e2e.reconcile(platform)
+        assert e2e.app_state(app)[0] == "OutOfSync", e2e.describe(app)
+        assert ((app.get("status") or {}).get("operationState") or {}).get("startedAt") == started, \
+            "a sync ran inside the deny window"
+        assert all(QUOTA_KEY not in hard for hard in _live_quota(e2e, WINDOW_ENV).values())
     _edit_and_push(e2e, _drop_window, "e2e: the window closes")
     wait_for(lambda: (any(hard.get(QUOTA_KEY) == "500" for hard in _live_quota(e2e, WINDOW_ENV).values()),
                       _live_quota(e2e, WINDOW_ENV)), 300, 5, "the platform change did not land after the window")

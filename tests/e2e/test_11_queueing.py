@@ -1,6 +1,6 @@
 """Quota and queueing with Kueue (environments/eks.yaml `queueing`), on eks's first cluster: Kueue (built from its
 Go module, installed by the Argo CD layer) holds the environment's GPU quota; two jobs are pushed where the quota
-fits one. The second waits suspended, its app stays Synced with no new sync operation for three reconcile periods
+fits one. The second waits suspended, its app stays Synced with no new sync operation through three reconciles
 (git renders no `suspend`, so self-heal has nothing to undo), Argo CD shows it Progressing "Waiting for quota in
 LocalQueue training", `make status` shows its place in the queue and `make diagnose` names the quota and the value
 that changes it; it runs when the first ends. Prints the time from the first job's end to the second's admission."""
@@ -11,14 +11,12 @@ import time
 
 import pytest
 
-from e2e import argo
 from tests.e2e.harness import BUDGETS, KUBEFLOW, RAY, wait_for
-from tests.e2e.scenarios import job_name, job_pod_selector, run_ended
+from tests.e2e.scenarios import RECONCILES, job_name, job_pod_selector, run_ended
 
 ENV = "eks"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
 JOBS = ("queue-first", "queue-second")
-RECONCILES = 3
 
 
 def _gpu_quota(e2e) -> int:
@@ -136,7 +134,7 @@ def test_the_second_job_waits_suspended_with_no_pods_while_the_first_runs(e2e, q
 
 
 def test_argocd_shows_the_waiting_job_progressing_for_quota_and_keeps_it_synced(e2e, queued):
-    """Three reconcile periods: the waiting job's app stays Synced, with no new sync operation, and the job stays
+    """Three reconciles: the waiting job's app stays Synced, with no new sync operation, and the job stays
     suspended (self-heal does not un-suspend it)."""
     name = f"{ENV}-job-{queued['second']}"
 
@@ -151,9 +149,9 @@ def test_argocd_shows_the_waiting_job_progressing_for_quota_and_keeps_it_synced(
     start = app()
     history, op = len(start["status"].get("history") or []), (start["status"].get("operationState") or {})
     reconciled = {start["status"].get("reconciledAt")}
-    deadline = time.monotonic() + RECONCILES * argo.APP_RESYNC_SECONDS + 10
-    while time.monotonic() < deadline:
-        time.sleep(5)
+    for _ in range(RECONCILES):  # each reconcile is where self-heal would put back a `suspend` git lacks
+        e2e.reconcile(name)
+        time.sleep(3)  # what a sync it started would have done by now
         now = app()
         assert e2e.app_state(now)[0] == "Synced", e2e.describe(now)
         assert len(now["status"].get("history") or []) == history, "a new sync of the waiting job's app"
