@@ -213,6 +213,20 @@ def apply_root(target: Target, root: Path) -> str:
     return proc.stdout.strip()
 
 
+def root_application(root: Path) -> str:
+    """The name of the Application argocd/root.yaml makes (the app of apps)."""
+    doc = yaml.safe_load((root / "argocd" / "root.yaml").read_text())
+    return doc["metadata"]["name"]
+
+
+def request_refresh(clients: Clients, target: Target, name: str) -> None:
+    """Ask Argo CD to reconcile Application `name` now: the refresh its UI's button asks for (the annotation
+    `argocd.argoproj.io/refresh: normal`, which the application-controller takes off). It syncs nothing itself."""
+    clients.custom(target.argocd_context).patch_namespaced_custom_object(
+        "argoproj.io", "v1alpha1", target.argocd_namespace, "applications", name,
+        {"metadata": {"annotations": {"argocd.argoproj.io/refresh": "normal"}}})
+
+
 def _kubectl(root: Path) -> str:
     import shutil
     local = root / ".tools" / "bin" / "kubectl"
@@ -315,6 +329,44 @@ def wait_settled(clients: Clients, target: Target, timeout: float, out=sys.stdou
         time.sleep(poll)
 
 
+class RootRefresher:
+    """The app of apps moves on to its next sync wave only when Argo CD reconciles it, and that happens when its
+    resync period comes round (120-180 s by default), not when the Applications of its wave turn Healthy: the e2e
+    with --app-resync 60 saw the root's sync resume once a minute, a period per wave. So while bootstrap runs, a
+    thread follows the environment's Applications (every `poll` s) and, each time more of them are settled, asks
+    Argo CD to reconcile the root, as the UI's refresh would. A refusal (RBAC) is said once, then left."""
+
+    def __init__(self, clients: Clients, target: Target, name: str, out=sys.stdout, poll: float = 3.0):
+        import threading
+        self.clients, self.target, self.name, self.out, self.poll = clients, target, name, out, poll
+        self.refreshes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="root-refresher", daemon=True)
+
+    def __enter__(self) -> RootRefresher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        before = 0
+        while not self._stop.wait(self.poll):
+            try:
+                now = sum(1 for a in status_mod.applications(self.clients, self.target) if settled(a))
+                if now > before:
+                    request_refresh(self.clients, self.target, self.name)
+                    self.refreshes += 1
+                before = now
+            except Exception as exc:  # noqa: BLE001 - a refresh only saves time; bootstrap goes on without it
+                reason = getattr(exc, "reason", None) or type(exc).__name__
+                print(f"could not ask Argo CD to refresh {self.name} ({reason}): its sync waves advance at its "
+                      f"resync", file=self.out, flush=True)
+                return
+
+
 def bootstrap(clients: Clients, target: Target, root: Path, timeout: float = 900, out=sys.stdout) -> int:
     check_argocd(clients, target)
     missing = missing_secrets(clients, target, root)
@@ -327,12 +379,13 @@ def bootstrap(clients: Clients, target: Target, root: Path, timeout: float = 900
         print(f"checkpoint storage: {problem}", file=out)
     print(apply_root(target, root), file=out)
     started = time.monotonic()
-    if target.placement is not None and target.placement.dispatches:
-        # the manager's Secrets to reach its workers: the workers' accounts exist once Argo CD synced them
-        multikueue.ensure_all(clients, multikueue.links(targets.fleet(root, target.env, target.kubeconfig)),
-                              timeout, out)
-    wait_settled(clients, target, max(60.0, timeout - (time.monotonic() - started)), out,
-                 expected=expected_applications(root, target.env))
+    with RootRefresher(clients, target, root_application(root), out):
+        if target.placement is not None and target.placement.dispatches:
+            # the manager's Secrets to reach its workers: the workers' accounts exist once Argo CD synced them
+            multikueue.ensure_all(clients, multikueue.links(targets.fleet(root, target.env, target.kubeconfig)),
+                                  timeout, out)
+        wait_settled(clients, target, max(60.0, timeout - (time.monotonic() - started)), out,
+                     expected=expected_applications(root, target.env))
     standing = [c for c in status_mod.ray_clusters(clients, target) if c["owner"] is None]
     for cluster in standing:
         print(f"Ray dashboard of {cluster['name']}: {cluster['dashboardUrl']}", file=out)

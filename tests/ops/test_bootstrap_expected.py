@@ -123,3 +123,57 @@ def test_fsx_checkpoints_need_the_driver_with_fs_group_policy_file(monkeypatch):
 def test_an_environment_without_fsx_checks_no_driver(monkeypatch):
     assert bootstrap.fsx_provisioned(target(REPO, "minikube").rendered(REPO, "storageclass-*.yaml")) == []
     assert storage_problems(monkeypatch, None, env="minikube") == []
+
+
+class RefreshClients:
+    """Clients whose CustomObjectsApi records the patches bootstrap sends (or refuses them)."""
+
+    def __init__(self, refuse: bool = False):
+        self.patches, self.refuse = [], refuse
+
+    def custom(self, context):
+        return self
+
+    def patch_namespaced_custom_object(self, group, version, namespace, plural, name, body):
+        if self.refuse:
+            raise RuntimeError("Forbidden")
+        self.patches.append(((group, version, namespace, plural, name), body))
+        return body
+
+
+class ArgoTarget(Target):
+    argocd_context, argocd_namespace = "minikube", "argocd"
+
+
+def _refresher_run(monkeypatch, polls, clients):
+    import time
+    monkeypatch.setattr(bootstrap.status_mod, "applications", FakeStatus(polls))
+    out = io.StringIO()
+    with bootstrap.RootRefresher(clients, ArgoTarget(), "ray-gitops", out, poll=0.01) as refresher:
+        time.sleep(0.5)
+    return refresher, out.getvalue()
+
+
+def test_the_root_is_refreshed_each_time_more_applications_are_settled(monkeypatch):
+    """The app of apps advances a sync wave only when Argo CD reconciles it: bootstrap asks for that reconcile when
+    more of the environment's Applications are settled, and not while nothing changes."""
+    polls = [[], [app("m-crds", "OutOfSync", "Missing")], [app("m-crds")], [app("m-crds")],
+             [app("m-crds"), app("m-cluster", "OutOfSync", "Missing")], [app("m-crds"), app("m-cluster")]]
+    clients = RefreshClients()
+    refresher, out = _refresher_run(monkeypatch, polls, clients)
+    assert refresher.refreshes == 2 and len(clients.patches) == 2, clients.patches
+    target, body = clients.patches[0]
+    assert target == ("argoproj.io", "v1alpha1", "argocd", "applications", "ray-gitops")
+    assert body == {"metadata": {"annotations": {"argocd.argoproj.io/refresh": "normal"}}}
+    assert out == ""
+
+
+def test_a_refused_refresh_is_said_once_and_bootstrap_goes_on(monkeypatch):
+    clients = RefreshClients(refuse=True)
+    refresher, out = _refresher_run(monkeypatch, [[], [app("m-crds")], [app("m-crds"), app("m-cluster")]], clients)
+    assert refresher.refreshes == 0
+    assert out.count("could not ask Argo CD to refresh ray-gitops") == 1 and "resync" in out, out
+
+
+def test_the_root_application_is_the_one_root_yaml_makes():
+    assert bootstrap.root_application(REPO) == "ray-gitops"
