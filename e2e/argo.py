@@ -30,15 +30,17 @@ INSTALL_KINDS = {"CustomResourceDefinition", "ConfigMap", "Secret"}
 REPO_SERVER_MOUNTS = ("/app/config/ssh", "/app/config/tls", "/app/config/gpg/source", "/app/config/gpg/keys",
                       "/app/config/reposerver/tls", "/app/config/reposerver/mtls", "/helm-working-dir")
 
-# The controllers' timing: --app-resync 120 s (+ up to 60 s jitter) -> 60 s (no jitter). With 20 s, Argo CD's
-# application-controller and the four kube-apiservers took half of the e2e's two cores (683 and 962 CPU-s over the
-# first 40 minutes of a run, the Python of the tests and Ray 78), and at rest 60 s took 41% less CPU than 20 s
-# (docs/e2e.md). A scenario that needs reconciles asks for them (Harness.reconcile, gitops.request_reconcile)
-# rather than waiting for periods. And --persist-resource-health: Argo CD 3 keeps
+# The controllers' timing: --app-resync 120 s (+ up to 60 s jitter) -> 20 s (no jitter). A sync that waits for
+# health (the root's sync waves, an operator app's own waves) resumes when Argo CD reconciles the app, so the
+# period paces a bootstrap. 60 s was tried (docs/e2e.md, "Where its time goes"): at rest it took 41% less CPU, but
+# over a whole run the application-controller and the four kube-apiservers used about the same CPU per minute
+# (their load is the scenarios' changes, not the period) and the run was no faster. A scenario that needs
+# reconciles asks for them (Harness.reconcile, gitops.request_reconcile) rather than waiting for periods. And
+# --persist-resource-health: Argo CD 3 keeps
 # each resource's health (what our Lua returned, with its message) only in its cache unless asked to write it
 # into the Application's status, where the scenarios read it; it changes nothing else. Everything else is Argo
 # CD's default.
-APP_RESYNC_SECONDS = 60
+APP_RESYNC_SECONDS = 20
 
 DEFAULT_PROJECT = {
     "apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
