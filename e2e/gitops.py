@@ -86,20 +86,9 @@ def application_rows(current: dict) -> list[str]:
 
 
 def refresh(current: dict) -> None:
-    """What Argo CD's git webhook does on a push: regenerate the ApplicationSets, refresh the Applications. One
-    `kubectl annotate --all` per kind; an object deleted between kubectl's list and its patch (an ApplicationSet
-    pruning an Application) is no error, the rest are annotated on a second pass."""
-    kubeconfig, context = management(current)
-    for kind, annotation in (("applicationsets", "argocd.argoproj.io/application-set-refresh=true"),
-                             ("applications", "argocd.argoproj.io/refresh=normal")):
-        for attempt in (1, 2):
-            try:
-                kube.kubectl(kubeconfig, context, "-n", ARGOCD_NS, "annotate", "--overwrite", kind, "--all",
-                             annotation)
-                break
-            except kube.KubectlError as exc:
-                if "NotFound" not in str(exc) or attempt == 2:
-                    raise
+    """What Argo CD's git webhook does on a push: regenerate the ApplicationSets, refresh the Applications."""
+    _annotate(current, "applicationsets", "argocd.argoproj.io/application-set-refresh=true")
+    request_reconcile(current)
 
 
 def request_reconcile(current: dict, names: list[str] | None = None) -> None:
@@ -107,9 +96,22 @@ def request_reconcile(current: dict, names: list[str] | None = None) -> None:
     `argocd.argoproj.io/refresh: normal` annotation, which the application-controller takes off again. The
     reconcile it starts is the periodic resync's (compare with the latest revision, then auto-sync and self-heal
     decide), only not waiting for the period."""
+    _annotate(current, "applications", "argocd.argoproj.io/refresh=normal", names)
+
+
+def _annotate(current: dict, kind: str, annotation: str, names: list[str] | None = None) -> None:
+    """One `kubectl annotate` of `names` (else `--all`) of a kind in Argo CD's namespace; for `--all`, an object
+    deleted between kubectl's list and its patch (an ApplicationSet pruning an Application) is no error, the rest
+    are annotated on a second pass."""
     kubeconfig, context = management(current)
-    kube.kubectl(kubeconfig, context, "-n", ARGOCD_NS, "annotate", "--overwrite", "applications",
-                 *(names or ["--all"]), "argocd.argoproj.io/refresh=normal")
+    for attempt in (1, 2):
+        try:
+            kube.kubectl(kubeconfig, context, "-n", ARGOCD_NS, "annotate", "--overwrite", kind,
+                         *(names or ["--all"]), annotation)
+            return
+        except kube.KubectlError as exc:
+            if names or "NotFound" not in str(exc) or attempt == 2:
+                raise
 
 
 def push(current: dict, message: str, the_world: world.World | None = None) -> str:

@@ -139,7 +139,7 @@ def test_argocd_shows_the_waiting_job_progressing_for_quota_and_keeps_it_synced(
     name = f"{ENV}-job-{queued['second']}"
 
     def app():
-        return next(a for a in e2e.apps() if a["metadata"]["name"] == name)
+        return e2e.app(name)
     wait_for(lambda: (e2e.app_state(app()) == ("Synced", "Progressing"), e2e.describe(app())), 120, 5,
              f"{name} Synced and Progressing")
     health = (app()["status"].get("health") or {}).get("message") or ""
