@@ -1,7 +1,8 @@
 """Argo CD v3.5.1 on the e2e management cluster: its CRDs, ConfigMaps and Secrets from the pinned install.yaml,
-the `default` AppProject (argocd-server creates it on a real install; the server is not run here), and the
-controllers as processes (application-controller, repo-server, applicationset-controller, notifications) with
-Debian's redis-server for their cache.
+the `default` AppProject (argocd-server creates it on a real install, before it serves), the controllers as
+processes (application-controller, repo-server, applicationset-controller, notifications) with Debian's
+redis-server for their cache, and the API server (argocd-server, plain HTTP on loopback) that people log in to
+through the single sign-on (e2e.identity): what they may do there is the committed argocd-rbac-cm.
 
 The controllers run with the management cluster's admin credentials; `ARGOCD_FAKE_IN_CLUSTER=true` makes the
 in-cluster destination (https://kubernetes.default.svc) that cluster, as it is for an Argo CD installed in it.
@@ -69,6 +70,17 @@ class ArgoCD:
     context: str
     redis_port: int = field(default_factory=free_port)
     repo_port: int = field(default_factory=free_port)
+    server_port: int = field(default_factory=free_port)
+
+    @property
+    def server_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_port}"
+
+    def set_secret(self, values: dict[str, str]) -> None:
+        """Keys of argocd-secret (what an admin sets out of git: the single sign-on's client secret)."""
+        import json
+        kube.kubectl(self.kubeconfig, self.context, "-n", NAMESPACE, "patch", "secret", "argocd-secret", "--type",
+                     "merge", "-p", json.dumps({"stringData": values}))
 
     def env(self, tools_bin: Path) -> dict:
         home = self.directory / "home"
@@ -128,3 +140,12 @@ class ArgoCD:
         sup.start("argocd-notifications", [
             bins["argocd-notifications"], "--namespace", NAMESPACE, "--argocd-repo-server", repo_addr,
             "--argocd-repo-server-plaintext", "--metrics-port", free_port(), *common], env=env, cwd=self.directory)
+        # the API server: no UI assets (an empty directory), no Dex of its own (the single sign-on is external)
+        assets = self.directory / "server-assets"
+        assets.mkdir(parents=True, exist_ok=True)
+        sup.start("argocd-server", [
+            bins["argocd-server"], "--namespace", NAMESPACE, "--insecure", "--address", "127.0.0.1",
+            "--port", self.server_port, "--metrics-address", "127.0.0.1", "--metrics-port", free_port(),
+            "--repo-server", repo_addr, "--repo-server-plaintext", "--redis", redis_addr,
+            "--staticassets", assets, *common], env=env, cwd=self.directory)
+        wait_until(lambda: port_open(self.server_port), 60, 0.5, "argocd-server")

@@ -37,6 +37,7 @@ class Component:
     # files of the module installed beside the binaries, as the upstream image does (name -> path in the module)
     module_files: dict[str, str] = field(default_factory=dict)
     pinned: str | None = None            # the version the project pins, when the proxy cannot serve it
+    cgo: bool = False                    # built with CGO_ENABLED=1 (gcc): a C library the component cannot do without
 
     @property
     def directory(self) -> Path:
@@ -90,7 +91,9 @@ COMPONENTS = [
               ldflags=("-X github.com/argoproj/argo-cd/v3/common.version={bare}",
                        "-X github.com/argoproj/argo-cd/v3/common.gitTreeState=clean"),
               aliases={"argocd-application-controller": "argocd", "argocd-repo-server": "argocd",
-                       "argocd-applicationset-controller": "argocd", "argocd-notifications": "argocd"},
+                       "argocd-applicationset-controller": "argocd", "argocd-notifications": "argocd",
+                       # the API server and UI: the e2e's logins (e2e.identity, test_13_access)
+                       "argocd-server": "argocd"},
               # the Dockerfile copies these into the image's PATH; the repo-server runs them for GPG checks
               module_files={"gpg-wrapper.sh": "hack/gpg-wrapper.sh",
                             "git-verify-wrapper.sh": "hack/git-verify-wrapper.sh"}),
@@ -107,6 +110,10 @@ COMPONENTS = [
     Component("versitygw", "github.com/versity/versitygw",
               {"versitygw": "github.com/versity/versitygw/cmd/versitygw"},
               ldflags=("-X main.Version={version}",)),
+    # The e2e's single sign-on (e2e.identity): Dex over an LDAP directory (Debian's slapd), whose password grant gives
+    # ID tokens with the users' groups. Its storage registry links SQLite (cgo); Dex runs with its memory storage.
+    Component("dex", "github.com/dexidp/dex", {"dex": "github.com/dexidp/dex/cmd/dex"},
+              ldflags=("-X github.com/dexidp/dex/version.Version={version}",), cgo=True),
     Component("tools", "helm.sh/helm/v4",
               {"helm": "helm.sh/helm/v4/cmd/helm", "kustomize": "sigs.k8s.io/kustomize/kustomize/v5",
                "kubeconform": "github.com/yannh/kubeconform/cmd/kubeconform"},
@@ -143,7 +150,7 @@ def cache_key(component: Component, go: str) -> str:
     for name in ("go.mod", "go.sum"):
         digest.update((component.directory / name).read_bytes())
     for extra in (" ".join(component.linker_flags()), go, sys.platform, os.uname().machine,
-                  repr(sorted(component.module_files.items()))):
+                  repr(sorted(component.module_files.items())), "cgo" if component.cgo else ""):
         digest.update(extra.encode())
     for path in sorted(component.directory.rglob("*.go")):
         digest.update(path.read_bytes())
@@ -178,10 +185,10 @@ def go_caches_empty() -> bool:
     return not built and not (gomodcache / "cache" / "download").is_dir()
 
 
-def go_env() -> dict:
+def go_env(cgo: bool = False) -> dict:
     env = dict(os.environ)
     # go.sum (committed) pins every module's checksum; the checksum database is not reachable offline
-    env.update({"CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly -buildvcs=false -trimpath", "GOSUMDB": "off",
+    env.update({"CGO_ENABLED": "1" if cgo else "0", "GOFLAGS": "-mod=readonly -buildvcs=false -trimpath", "GOSUMDB": "off",
                 "GOTOOLCHAIN": "local"})
     return env
 
@@ -207,7 +214,7 @@ def _go_build(component: Component, staging: Path, label: str) -> None:
     out = staging / ".go-build"
     out.mkdir()
     cmd = ["go", "build", "-ldflags", " ".join(component.linker_flags()), "-o", f"{out}/", *packages]
-    proc = subprocess.run(cmd, cwd=component.directory, env=go_env(), capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=component.directory, env=go_env(component.cgo), capture_output=True, text=True)
     if proc.returncode != 0:
         raise BuildError(f"building {', '.join(component.binaries)} of {label} failed:\n$ {' '.join(cmd)}\n"
                          f"{proc.stderr.strip()[-4000:]}")

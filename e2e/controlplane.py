@@ -17,6 +17,23 @@ from .procs import Supervisor, free_port, wait_until
 ARGOCD_MANAGER = "argocd-manager"  # the identity Argo CD uses on a remote cluster, as `argocd cluster add` names it
 
 
+# What the e2e API servers write to their audit log: every change a person or a controller asks for, allowed or
+# refused (Metadata: who, as whom, verb, object, response code; no bodies), not the reads, not the nodes' and the
+# control plane's own bookkeeping (leases, events, pod and node status). `make audit AUDIT_LOG=...` reads it.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [
+        {"level": "None", "verbs": ["get", "list", "watch"]},
+        {"level": "None", "users": ["system:kube-controller-manager", "system:kube-scheduler", "system:apiserver",
+                                    "system:kube-proxy"]},
+        {"level": "None", "userGroups": ["system:nodes"]},
+        {"level": "None", "resources": [{"group": "coordination.k8s.io"}, {"group": "events.k8s.io"},
+                                        {"group": "", "resources": ["events", "nodes/status", "pods/status"]}]},
+        {"level": "Metadata"},
+    ],
+}
+
+
 @dataclass
 class Cluster:
     """One environment's cluster: its API server, controllers, scheduler, kwok, and the files to reach it."""
@@ -31,6 +48,12 @@ class Cluster:
     argocd_token: str = ""
     routes: object = None         # e2e.egress.ServiceRoutes of this cluster
     real_node: object = None      # e2e.real_node.RealNode when the cluster's node is this machine (no kwok)
+    authentication_config: Path | None = None  # e2e.identity: the single sign-on this API server trusts
+
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log (JSON lines, AUDIT_POLICY): who wrote what, refusals included."""
+        return self.directory / "audit" / "audit.log"
 
     @property
     def service_cidr(self) -> str:
@@ -125,6 +148,13 @@ class Cluster:
             # no pod network: the API server's "cluster" traffic (webhooks, logs) goes through the egress proxy
             network = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
                        f"--egress-selector-config-file={self.egress_config}"]
+        self.audit_log.parent.mkdir(parents=True, exist_ok=True)
+        policy = self.directory / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False))
+        audit = [f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-format=json",
+                 "--audit-log-maxsize=100", "--audit-log-maxbackup=2"]
+        if self.authentication_config:
+            audit.append(f"--authentication-config={self.authentication_config}")
         sup.start(f"{self.env}-kube-apiserver", [
             bins["kube-apiserver"],
             f"--etcd-servers={etcd_url}", f"--etcd-prefix=/registry-{self.env}", *network,
@@ -144,7 +174,7 @@ class Cluster:
             "--requestheader-group-headers=X-Remote-Group", "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={self.front_proxy_client.cert}",
             f"--proxy-client-key-file={self.front_proxy_client.key}",
-            "--profiling=false", "--v=1",
+            "--profiling=false", "--v=1", *audit,
         ])
         wait_until(lambda: self.ready(), 120, 0.5, f"the {self.env} API server to be ready")
         common = ["--kubeconfig", self.kubeconfig, "--leader-elect=false", "--secure-port=0"]

@@ -24,6 +24,7 @@ from . import (
     cluster_dns,
     components,
     controlplane,
+    identity,
     kube,
     kwok_stages,
     node_images,
@@ -63,6 +64,8 @@ class Run:
         self.bins: dict = {}
         self.peak_rss = 0
         self.environment_of: dict[str, str] = {}  # cluster key -> environment (environments())
+        self.argocd: argo.ArgoCD | None = None
+        self.sso: identity.SingleSignOn | None = None
 
     def log(self, message: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {message}"
@@ -100,6 +103,9 @@ class Run:
         if len(real) > 1:  # one kube-proxy and one NetworkPolicy enforcer own this host's iptables
             raise RuntimeError(f"e2e/nodes.yaml gives {', '.join(real)} a real node: this machine can be the node "
                                "of one environment; give the others kwok pools")
+        self.step("starting the single sign-on (slapd, Dex) the API servers and Argo CD trust")
+        self.argocd = argo.ArgoCD(self.run_dir / "argocd", self.run_dir / "kubeconfig", "")
+        self.sso = self._single_sign_on(bins)
         self.step("starting etcd")
         etcd_url = controlplane.start_etcd(self.sup, bins, self.run_dir)
         stages = kwok_stages.write(self.run_dir / "kwok-stages.yaml")
@@ -125,9 +131,13 @@ class Run:
         the_world.save(self.run_dir / "world.json")
         self.log("world map:\n  " + "\n  ".join(the_world.changes))
 
-        self.step(f"installing Argo CD {versions.pinned().argocd} (CRDs, config) and starting its controllers")
-        argocd = argo.ArgoCD(self.run_dir / "argocd", management.kubeconfig, management.context)
+        self.step(f"installing Argo CD {versions.pinned().argocd} (CRDs, config) and starting its controllers "
+                  "and its API server")
+        argocd = self.argocd
+        argocd.kubeconfig, argocd.context = management.kubeconfig, management.context
         argocd.install(upstream_dir() / f"argo-cd-{versions.pinned().argocd}" / "manifests" / "install.yaml")
+        if self.sso:  # Argo CD's registration with the single sign-on: its client secret, out of git
+            argocd.set_secret({"oidc.clientSecret": self.sso.argocd_secret})
         argocd.start(self.sup, bins)
 
         self._start_kubelets(bins)
@@ -135,13 +145,14 @@ class Run:
                     management=management.env,
                     clusters={env: {"context": c.context, "server": c.server, "kubeconfig": str(c.kubeconfig),
                                     "environment": self.environment_of[env],
-                                    "ca": str(c.ca.pair.cert),
+                                    "ca": str(c.ca.pair.cert), "audit_log": str(c.audit_log),
                                     **({"real_node": {"name": c.real_node.name, "ip": c.real_node.ip,
                                                       "containerd": str(c.real_node.containerd_socket)}}
                                        if c.real_node else {})}
                               for env, c in self.clusters.items()},
                     argocd={"namespace": argo.NAMESPACE, "context": management.context,
-                            "app_resync_seconds": argo.APP_RESYNC_SECONDS},
+                            "app_resync_seconds": argo.APP_RESYNC_SECONDS, "server": argocd.server_url},
+                    identity=str(self.sso.record_file) if self.sso else None,
                     git=published, world=the_world.changes, world_file=str(self.run_dir / "world.json"),
                     logs=str(self.run_dir / "logs"), notifications=str(self.receiver.record),
                     components=components.describe())
@@ -152,6 +163,7 @@ class Run:
         """One environment's control plane with its nodes: a real one (this machine), or kwok's fake nodes with an
         egress proxy and a Ray job API stand-in."""
         cluster = controlplane.Cluster(env, context, self.run_dir / env, index)
+        cluster.authentication_config = self.sso.authn_config if self.sso else None
         real = nodes.real(self.environment_of[env])
         if real:
             return self._start_real_cluster(cluster, real, bins, etcd_url, stages)
@@ -229,8 +241,29 @@ class Run:
         for loop in self.loops:
             loop.start()
 
+    def _single_sign_on(self, bins: dict) -> identity.SingleSignOn | None:
+        """slapd and Dex with a person for each group the rendered RBAC names, or None when the environments name
+        no single sign-on."""
+        oidc = identity.oidc_config(world.argocd_configmap(self.source, world.ARGOCD_CM))
+        people = identity.people(world.argocd_configmap(self.source, "argocd-rbac-cm"))
+        if not oidc.get("issuer") or not people:
+            self.log("no single sign-on in argocd-cm (or no groups in argocd-rbac-cm): no Dex")
+            return None
+        sso = identity.SingleSignOn(self.run_dir / "sso", oidc["clientID"], self.argocd.server_url)
+        sso.prepare(people)
+        sso.start(self.sup, bins["dex"])
+        self.log(f"single sign-on: Dex at {sso.issuer}, people {', '.join(p.username for p in people)}")
+        return sso
+
     def _world(self, bins: dict, envs) -> world.World:
         the_world = world.World()
+        if self.sso:
+            argocd_cm = world.argocd_configmap(self.source, world.ARGOCD_CM)
+            the_world.urls[identity.oidc_config(argocd_cm)["issuer"]] = self.sso.issuer
+            the_world.sso_ca = self.sso.tls_ca_pem()
+            url = (argocd_cm.get("data") or {}).get("url")
+            if url:
+                the_world.urls[url] = self.argocd.server_url
         repo_url, _revision = world.repo_url(self.source)
         the_world.urls[repo_url] = f"file://{self.run_dir / 'git' / 'ray-gitops.git'}"
         for service, url in world.webhook_urls(self.source).items():

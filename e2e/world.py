@@ -9,7 +9,9 @@ reach offline, and it rewrites only those, in the copy it pushes to its local gi
   becomes that server's CA (a Secret without one stays without), and `awsAuthConfig` (Argo CD runs
   `argocd-k8s-auth aws` to get a token) becomes `execProviderConfig` running `cat` on a file holding the token:
   the same kind of credential, obtained the same way, with no secret in git;
-- a notifications webhook's url (in argocd-notifications-cm) becomes the e2e receiver (e2e.webhook).
+- a notifications webhook's url (in argocd-notifications-cm) becomes the e2e receiver (e2e.webhook);
+- the single sign-on (argocd-cm's oidc.config): its issuer becomes the e2e's Dex (e2e.identity), with Dex's CA as
+  its `rootCA`, and Argo CD's `url` the e2e argocd-server.
 
 Everything else (apps/, the ApplicationSets' templates, sync policies, health checks) is what is committed.
 """
@@ -24,6 +26,7 @@ import yaml
 
 CLUSTER_SECRET_LABEL = "argocd.argoproj.io/secret-type"
 NOTIFICATIONS_CM = "argocd-notifications-cm"
+ARGOCD_CM = "argocd-cm"
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class World:
     urls: dict[str, str] = field(default_factory=dict)          # real URL -> e2e URL
     endpoints: dict[str, Endpoint] = field(default_factory=dict)  # real server -> e2e endpoint
     changes: list[str] = field(default_factory=list)
+    sso_ca: str = ""                                              # the e2e issuer's CA (PEM)
 
     def _string(self, value: str, where: str) -> str:
         if value in self.urls:
@@ -87,12 +91,30 @@ class World:
                 doc["data"][key] = yaml.safe_dump(service, sort_keys=True)
         return doc
 
+    def _sso(self, doc: dict, where: str) -> dict:
+        """oidc.config's issuer (inside its YAML text) -> the e2e issuer, trusted through its CA."""
+        text = (doc.get("data") or {}).get("oidc.config")
+        if not text:
+            return doc
+        config = yaml.safe_load(text) or {}
+        if config.get("issuer") in self.urls:
+            self.changes.append(f"{where}: oidc.config issuer {config['issuer']} -> {self.urls[config['issuer']]}")
+            config["issuer"] = self.urls[config["issuer"]]
+            if self.sso_ca:
+                config["rootCA"] = self.sso_ca
+                self.changes.append(f"{where}: oidc.config rootCA -> the e2e issuer's CA")
+            doc["data"]["oidc.config"] = yaml.safe_dump(config, sort_keys=True)
+        return doc
+
     def rewrite_doc(self, doc: dict, where: str) -> dict:
         labels = (doc.get("metadata") or {}).get("labels") or {}
+        name = (doc.get("metadata") or {}).get("name")
         if doc.get("kind") == "Secret" and labels.get(CLUSTER_SECRET_LABEL) == "cluster":
             doc = self._cluster_secret(doc, where)
-        if doc.get("kind") == "ConfigMap" and (doc.get("metadata") or {}).get("name") == NOTIFICATIONS_CM:
+        if doc.get("kind") == "ConfigMap" and name == NOTIFICATIONS_CM:
             doc = self._notifications(doc, where)
+        if doc.get("kind") == "ConfigMap" and name == ARGOCD_CM:
+            doc = self._sso(doc, where)
         return self._walk(doc, where)
 
     def rewrite_file(self, path: Path, display: str) -> bool:
@@ -108,7 +130,7 @@ class World:
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps({
-            "urls": self.urls,
+            "urls": self.urls, "sso_ca": self.sso_ca,
             "endpoints": {real: {"server": e.server, "ca_pem": e.ca_pem.decode(),
                                  "credential_file": str(e.credential_file)} for real, e in self.endpoints.items()}},
             indent=2, sort_keys=True))
@@ -116,7 +138,7 @@ class World:
     @classmethod
     def load(cls, path: Path) -> World:
         data = json.loads(path.read_text())
-        return cls(urls=data["urls"], endpoints={
+        return cls(urls=data["urls"], sso_ca=data.get("sso_ca", ""), endpoints={
             real: Endpoint(e["server"], e["ca_pem"].encode(), Path(e["credential_file"]))
             for real, e in data["endpoints"].items()})
 
@@ -196,3 +218,9 @@ def webhook_urls(repo: Path) -> dict[str, str]:
     data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
     return {key.split(".", 2)[2]: (yaml.safe_load(text) or {}).get("url", "")
             for key, text in data.items() if key.startswith("service.webhook.")}
+
+
+def argocd_configmap(repo: Path, name: str) -> dict:
+    """A ConfigMap of the rendered Argo CD layer (argocd/managed/configmap-<name>.yaml), {} when there is none."""
+    path = repo / "argocd" / "managed" / f"configmap-{name}.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}

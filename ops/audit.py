@@ -5,14 +5,17 @@
    automated sync) and the operation in progress or last finished (status.operationState).
 3. The cluster: the job's runs (RayJob / PyTorchJob <job>-<hash>) that exist now, when each was created, its state,
    and its pods.
+4. With --audit-log (AUDIT_LOG=, the target cluster's API server audit log, JSON lines): what the API server
+   recorded of the job's objects (each write, by whom and as whom, allowed or refused) and every write the people
+   who synced it asked of that cluster themselves.
 
 Each Argo CD sync is printed under the commit of its revision, and each run under the sync that created it (the
 newest sync deployed before the run's creation). A sync whose revision did not touch the job's folder (another
-job's commit) is listed with the commit it synced. What the API servers' audit logs add (which identity created
-each object) is not read yet: see docs/access.md.
+job's commit) is listed with the commit it synced.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,8 @@ from . import jobs as jobs_mod
 from .targets import EXIT_BAD_INPUT, Clients, OpsError, Target
 
 SEP = "\x1f"
+AUTOMATED = "automated sync"
+UNKNOWN = "unknown"
 
 
 @dataclass
@@ -62,7 +67,7 @@ def initiator(by: dict | None) -> str:
     by = by or {}
     if by.get("username"):
         return by["username"]
-    return "automated sync" if by.get("automated") else "unknown"
+    return AUTOMATED if by.get("automated") else UNKNOWN
 
 
 def syncs(app: dict) -> list[Sync]:
@@ -95,7 +100,66 @@ def join(found: list[Sync], runs: list[jobs_mod.Run]) -> list:
     return []
 
 
-def audit(clients: Clients, target: Target, root: Path, job: str) -> dict:
+@dataclass
+class ApiEvent:
+    """One audit event of the API server (level Metadata): a write, allowed or refused."""
+    time: str
+    user: str
+    impersonated: str
+    verb: str
+    resource: str
+    namespace: str
+    name: str
+    code: int
+
+    @property
+    def refused(self) -> bool:
+        return self.code >= 400
+
+    def line(self) -> str:
+        who = self.user + (f" as {self.impersonated}" if self.impersonated else "")
+        where = f" in {self.namespace}" if self.namespace else ""
+        outcome = "refused: " if self.refused else ""
+        return f"{self.time}  {outcome}{self.verb} {self.resource} {self.name}{where} by {who} ({self.code})"
+
+
+def api_events(paths: list[Path]) -> list[ApiEvent]:
+    """The writes in API server audit logs (audit.k8s.io/v1 Event, JSON lines; the ResponseComplete stage)."""
+    out = []
+    for path in paths:
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError as exc:
+            raise OpsError(f"cannot read the audit log {path}: {exc.strerror}", EXIT_BAD_INPUT) from None
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                raise OpsError(f"{path}:{number}: not an audit event (expected one JSON object per line, as "
+                               "kube-apiserver --audit-log-format=json writes)", EXIT_BAD_INPUT) from None
+            if event.get("kind") != "Event" or event.get("stage") != "ResponseComplete":
+                continue
+            ref = event.get("objectRef") or {}
+            resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            out.append(ApiEvent(event.get("requestReceivedTimestamp", ""), (event.get("user") or {}).get("username", ""),
+                                (event.get("impersonatedUser") or {}).get("username", ""), event.get("verb", ""),
+                                resource, ref.get("namespace", ""), ref.get("name", ""),
+                                int((event.get("responseStatus") or {}).get("code") or 0)))
+    return sorted(out, key=lambda e: e.time)
+
+
+def job_events(events: list[ApiEvent], namespace: str, run_names: list[str], people: set[str]) -> dict:
+    """{"objects": the writes to the job's runs and what they own (names the run's name starts), "people": every
+    write the given people asked for themselves}."""
+    def of_runs(e: ApiEvent) -> bool:
+        return e.namespace == namespace and any(e.name == r or e.name.startswith(f"{r}-") for r in run_names)
+    return {"objects": [e for e in events if of_runs(e)],
+            "people": [e for e in events if e.user in people and not of_runs(e)]}
+
+
+def audit(clients: Clients, target: Target, root: Path, job: str, audit_logs: list[Path] | None = None) -> dict:
     app_name = f"{target.env}-job-{job}"
     # its folder now, and the shared one it had before its environment spanned several clusters (history spans it)
     folders = sorted({target.app_folder(root, f"job-{job}"), f"apps/{target.env}/job-{job}/"})
@@ -122,8 +186,21 @@ def audit(clients: Clients, target: Target, root: Path, job: str) -> dict:
     for run in runs:
         run.pods = jobs_mod.pods_of(core, target.namespace, run)
     unattributed = join(found, runs)
-    return {"env": target.env, "job": job, "application": app_name, "commits": history, "syncs": found,
-            "unattributed": unattributed}
+    result = {"env": target.env, "job": job, "application": app_name, "commits": history, "syncs": found,
+              "unattributed": unattributed}
+    if audit_logs:
+        people = {s.initiator for s in found if s.initiator not in (AUTOMATED, UNKNOWN)}
+        events = api_events(audit_logs)
+        names = sorted({r.name for r in runs} | set(created_runs(events, job)))
+        result["api"] = job_events(events, target.namespace, names, people)
+        result["api_people"] = sorted(people)
+    return result
+
+
+def created_runs(events: list[ApiEvent], job: str) -> list[str]:
+    """The names of the job's runs the log saw created (deleted ones too)."""
+    return [e.name for e in events if e.verb == "create" and e.resource in ("rayjobs", "pytorchjobs")
+            and jobs_mod.job_of(e.name) == job]
 
 
 def render(result: dict) -> str:
@@ -143,6 +220,13 @@ def render(result: dict) -> str:
     for run in result["unattributed"]:
         lines.append(f"  run {run.name} ({run.kind}) created {run.obj['metadata']['creationTimestamp']} before "
                      f"every recorded sync: {run.state}")
+    if "api" in result:
+        api = result["api"]
+        lines.append(f"the API server's audit log: {len(api['objects'])} write(s) to the job's runs and what they own")
+        lines += [f"  {e.line()}" for e in api["objects"]]
+        people = ", ".join(result["api_people"]) or "nobody (only automated syncs)"
+        lines.append(f"the API server's audit log: {len(api['people'])} other write(s) by who synced it ({people})")
+        lines += [f"  {e.line()}" for e in api["people"]]
     return "\n".join(lines)
 
 

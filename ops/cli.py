@@ -87,7 +87,8 @@ def cmd_logs(args) -> int:
 def cmd_audit(args) -> int:
     from .audit import audit, render
     tgt = target(_root(args), _one_env(args), args.kubeconfig)
-    print(render(audit(Clients(tgt.kubeconfig), tgt, _root(args), args.job)))
+    logs = [Path(p) for p in args.audit_log or []]
+    print(render(audit(Clients(tgt.kubeconfig), tgt, _root(args), args.job, logs)))
     return 0
 
 
@@ -185,8 +186,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float)
     p = add("diagnose", cmd_diagnose, "classify a failed or stuck job; evidence and the fix", job=True)
     p.add_argument("--json", action="store_true")
-    add("audit", cmd_audit, "who changed a job (commits), who synced it (Argo CD's history), what ran (runs, pods)",
-        job=True)
+    p = add("audit", cmd_audit, "who changed a job (commits), who synced it (Argo CD's history), what ran (runs, "
+            "pods), and with --audit-log what the API server recorded", job=True)
+    p.add_argument("--audit-log", action="append", metavar="FILE",
+                   help="the target cluster's API server audit log (JSON lines); repeat for rotated files")
     p = add("retry", cmd_retry, "start a new run of a job through git (edit, render, commit)", job=True)
     p.add_argument("--reason", default="retry", help="why, for the commit message")
     p.add_argument("--push", action="store_true", help="push the commit (else: print what to push)")

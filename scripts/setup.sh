@@ -91,7 +91,8 @@ PY
 }
 
 # The e2e cluster's system needs: Go (the components are built from their modules), Debian's redis-server (Argo
-# CD's cache), unshare (util-linux: the operator pods' mount namespaces).
+# CD's cache), unshare (util-linux: the operator pods' mount namespaces), Debian's slapd (the single sign-on's
+# directory of people and groups, behind Dex: e2e/identity.py).
 ensure_e2e_system() {
   if ! command -v go >/dev/null 2>&1; then
     say "the e2e cluster is built from Go modules: install Go >= 1.26 (https://go.dev/dl/)"; return 1
@@ -99,10 +100,11 @@ ensure_e2e_system() {
   command -v redis-server >/dev/null 2>&1 || apt_install redis-server
   command -v unshare >/dev/null 2>&1 || { say "unshare (util-linux) is needed"; return 1; }
   # the real node (e2e/real_node.py): containerd and runc, the CNI plugins, iptables and ipset (kube-proxy,
-  # kube-router), conntrack, a C compiler (the pod sandbox's pause), busybox-static (tools in the store's image)
+  # kube-router), conntrack, a C compiler (the pod sandbox's pause, Dex's SQLite), busybox-static (tools in the
+  # store's image)
   local missing=()
   for pair in containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins \
-              iptables:iptables ipset:ipset conntrack:conntrack cc:gcc busybox:busybox-static; do
+              iptables:iptables ipset:ipset conntrack:conntrack cc:gcc busybox:busybox-static /usr/sbin/slapd:slapd; do
     local tool=${pair%%:*} package=${pair#*:}
     if [ "${tool#/}" != "$tool" ]; then [ -x "$tool" ] || missing+=("$package")
     else command -v "$tool" >/dev/null 2>&1 || missing+=("$package"); fi
