@@ -114,12 +114,17 @@ class ApiEvent:
 
     @property
     def refused(self) -> bool:
-        return self.code >= 400
+        """Not allowed (unauthenticated, forbidden); a conflict or an invalid object is a failure, not a refusal."""
+        return self.code in (401, 403)
+
+    @property
+    def created(self) -> bool:
+        return self.code == 201  # create, or a server-side apply (patch) that made the object
 
     def line(self) -> str:
         who = self.user + (f" as {self.impersonated}" if self.impersonated else "")
         where = f" in {self.namespace}" if self.namespace else ""
-        outcome = "refused: " if self.refused else ""
+        outcome = "refused: " if self.refused else ("failed: " if self.code >= 400 else "")
         return f"{self.time}  {outcome}{self.verb} {self.resource} {self.name}{where} by {who} ({self.code})"
 
 
@@ -150,12 +155,16 @@ def api_events(paths: list[Path]) -> list[ApiEvent]:
     return sorted(out, key=lambda e: e.time)
 
 
+# the controllers' bookkeeping of an object (its status, a pod's binding to a node): not a change of what it is
+BOOKKEEPING = ("status", "binding")
+
+
 def job_events(events: list[ApiEvent], namespace: str, run_names: list[str], people: set[str]) -> dict:
-    """{"objects": the writes to the job's runs and what they own (names the run's name starts), "people": every
-    write the given people asked for themselves}."""
+    """{"objects": the writes to the job's runs and what they own (names the run's name starts), less the
+    controllers' status and binding writes; "people": every write the given people asked for themselves}."""
     def of_runs(e: ApiEvent) -> bool:
         return e.namespace == namespace and any(e.name == r or e.name.startswith(f"{r}-") for r in run_names)
-    return {"objects": [e for e in events if of_runs(e)],
+    return {"objects": [e for e in events if of_runs(e) and e.resource.partition("/")[2] not in BOOKKEEPING],
             "people": [e for e in events if e.user in people and not of_runs(e)]}
 
 
@@ -199,7 +208,7 @@ def audit(clients: Clients, target: Target, root: Path, job: str, audit_logs: li
 
 def created_runs(events: list[ApiEvent], job: str) -> list[str]:
     """The names of the job's runs the log saw created (deleted ones too)."""
-    return [e.name for e in events if e.verb == "create" and e.resource in ("rayjobs", "pytorchjobs")
+    return [e.name for e in events if e.created and e.resource in ("rayjobs", "pytorchjobs")
             and jobs_mod.job_of(e.name) == job]
 
 

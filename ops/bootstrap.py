@@ -219,6 +219,19 @@ def root_application(root: Path) -> str:
     return doc["metadata"]["name"]
 
 
+SSO_RESTART = ("kubectl -n argocd rollout restart deployment argocd-server: Argo CD v3.5.1 reads oidc.config's "
+               "rootCA only when argocd-server starts (docs/access.md)")
+
+
+def private_sso_ca(root: Path) -> bool:
+    """Does the rendered argocd-cm trust the single sign-on through a CA of its own (oidc.config rootCA)?"""
+    path = root / "argocd" / "managed" / "configmap-argocd-cm.yaml"
+    if not path.is_file():
+        return False
+    data = (yaml.safe_load(path.read_text()) or {}).get("data") or {}
+    return bool((yaml.safe_load(data.get("oidc.config") or "") or {}).get("rootCA"))
+
+
 def request_refresh(clients: Clients, target: Target, name: str) -> None:
     """Ask Argo CD to reconcile Application `name` now: the refresh its UI's button asks for (the annotation
     `argocd.argoproj.io/refresh: normal`, which the application-controller takes off). It syncs nothing itself."""
@@ -386,6 +399,8 @@ def bootstrap(clients: Clients, target: Target, root: Path, timeout: float = 900
                                   timeout, out)
         wait_settled(clients, target, max(60.0, timeout - (time.monotonic() - started)), out,
                      expected=expected_applications(root, target.env))
+    if private_sso_ca(root):
+        print(f"single sign-on through a private CA: once, after this first sync, {SSO_RESTART}", file=out)
     standing = [c for c in status_mod.ray_clusters(clients, target) if c["owner"] is None]
     for cluster in standing:
         print(f"Ray dashboard of {cluster['name']}: {cluster['dashboardUrl']}", file=out)

@@ -325,6 +325,26 @@ class Harness:
         names |= {d.name for d in own.iterdir() if d.is_dir()} if own.is_dir() else set()
         return sorted(names)
 
+    def argocd_cm(self) -> dict:
+        from kubernetes import client
+        argocd = self.current["argocd"]
+        cm = client.CoreV1Api(self.api(self.current["management"])).read_namespaced_config_map(
+            "argocd-cm", argocd["namespace"])
+        return {"data": cm.data or {}}
+
+    def restart_process(self, name: str, ready_url: str, timeout: float = 120) -> None:
+        """Stop a supervised process and let the supervisor start it again (a pod's rollout restart); back when
+        `ready_url` answers."""
+        import urllib.request
+        run_dir = Path(self.current["logs"]).parent
+        procs.hold(run_dir, name)
+        procs.release(run_dir, name)
+
+        def answers():
+            with urllib.request.urlopen(ready_url, timeout=3) as response:
+                return response.status == 200, response.status
+        wait_for(answers, timeout, 1, f"{name} restarted ({ready_url})")
+
     # --- a cluster stopped and brought back (e2e.procs hold / release) -----------------------------------------
     def cluster_processes(self, key: str) -> list[str]:
         """The supervised processes of one cluster: its control plane, kwok, and its operators' processes (named

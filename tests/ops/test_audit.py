@@ -3,6 +3,7 @@ made, joined by revision and time; against a real git repository and the Applica
 API servers return them (the e2e's day-two scenario runs it against the real Argo CD)."""
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -133,3 +134,54 @@ def test_an_unknown_job_names_the_known_ones(history):
     with pytest.raises(OpsError) as err:
         audit.audit(Clients(None, []), target(), root, "nope")
     assert "no Application minikube-job-nope" in str(err.value) and "digits-torch" in str(err.value)
+
+
+def audit_event(verb, resource, name, user, code, impersonated="", namespace="ray-training", stage="ResponseComplete",
+                at="2026-11-25T11:00:03.000000Z"):
+    event = {"kind": "Event", "apiVersion": "audit.k8s.io/v1", "level": "Metadata", "stage": stage, "verb": verb,
+             "user": {"username": user}, "objectRef": {"resource": resource, "namespace": namespace, "name": name},
+             "responseStatus": {"code": code}, "requestReceivedTimestamp": at}
+    if impersonated:
+        event["impersonatedUser"] = {"username": impersonated}
+    return json.dumps(event)
+
+
+def test_the_api_servers_audit_log_adds_who_made_each_object_and_what_the_syncing_people_tried(history, tmp_path):
+    """--audit-log: the writes to the job's runs and what they own (a deleted run's too), by whom and as whom, and
+    the other writes of the people who synced it (refusals marked); other jobs' and other people's are left out."""
+    root, first, second = history
+    sa = "system:serviceaccount:ray-training:argocd-workload-sync"
+    log = tmp_path / "audit.log"
+    log.write_text("\n".join([
+        audit_event("patch", "rayjobs", "digits-torch-aaaaaaaa", "argocd-manager", 201, impersonated=sa,
+                    at="2026-11-25T10:00:03Z"),
+        audit_event("create", "rayjobs", "digits-torch-aaaaaaaa", "argocd-manager", 201, stage="RequestReceived"),
+        audit_event("delete", "rayjobs", "digits-torch-aaaaaaaa", "argocd-manager", 200, at="2026-11-25T10:30:00Z"),
+        audit_event("create", "pods", "digits-torch-bbbbbbbb-head-x", "kuberay-operator", 201),
+        audit_event("update", "rayjobs/status", "digits-torch-bbbbbbbb", "kuberay-operator", 200),
+        audit_event("patch", "rayjobs", "digits-torch-bbbbbbbb", "kueue", 409),
+        audit_event("create", "rayjobs", "other-cccccccc", "argocd-manager", 201),
+        audit_event("create", "clusterrolebindings", "take-over", "bob", 403, namespace=""),
+        audit_event("create", "clusterrolebindings", "someone-elses", "mallory", 403, namespace=""),
+        ""]))
+    runs = [rayjob("digits-torch-bbbbbbbb", "2026-11-25T11:00:02Z", state="Running")]
+    result = audit.audit(Clients(app(first, second), runs), target(), root, "digits-torch", [log])
+    text = audit.render(result)
+    objects = [e.name for e in result["api"]["objects"]]
+    assert objects == ["digits-torch-aaaaaaaa", "digits-torch-aaaaaaaa", "digits-torch-bbbbbbbb-head-x",
+                       "digits-torch-bbbbbbbb"], objects  # no status write; the deleted run's too
+    assert "failed: patch rayjobs digits-torch-bbbbbbbb in ray-training by kueue (409)" in text
+    assert f"patch rayjobs digits-torch-aaaaaaaa in ray-training by argocd-manager as {sa} (201)" in text
+    assert "refused: create clusterrolebindings take-over by bob (403)" in text
+    assert "other-cccccccc" not in text and "mallory" not in text
+
+
+def test_an_audit_log_that_is_not_one_names_its_line(history, tmp_path):
+    root, first, second = history
+    log = tmp_path / "audit.log"
+    log.write_text(audit_event("create", "rayjobs", "x", "u", 201) + "\nnot json\n")
+    with pytest.raises(OpsError) as err:
+        audit.audit(Clients(app(first, second), []), target(), root, "digits-torch", [log])
+    assert f"{log}:2: not an audit event" in str(err.value)
+    with pytest.raises(OpsError, match="cannot read the audit log"):
+        audit.audit(Clients(app(first, second), []), target(), root, "digits-torch", [tmp_path / "missing.log"])

@@ -177,3 +177,20 @@ def test_a_refused_refresh_is_said_once_and_bootstrap_goes_on(monkeypatch):
 
 def test_the_root_application_is_the_one_root_yaml_makes():
     assert bootstrap.root_application(REPO) == "ray-gitops"
+
+
+def test_a_private_single_sign_on_ca_is_named_for_the_restart_argocd_server_needs(tmp_path):
+    """argocd-server v3.5.1 reads oidc.config's rootCA only at its start: bootstrap says so when the rendered
+    argocd-cm has one (the committed environments have none)."""
+    import yaml
+    assert not bootstrap.private_sso_ca(REPO)
+    managed = tmp_path / "argocd" / "managed"
+    managed.mkdir(parents=True)
+    cm = yaml.safe_load((REPO / "argocd" / "managed" / "configmap-argocd-cm.yaml").read_text())
+    oidc = yaml.safe_load(cm["data"]["oidc.config"])
+    (managed / "configmap-argocd-cm.yaml").write_text(yaml.safe_dump(cm))
+    assert not bootstrap.private_sso_ca(tmp_path)
+    cm["data"]["oidc.config"] = yaml.safe_dump({**oidc, "rootCA": "-----BEGIN CERTIFICATE-----\n"})
+    (managed / "configmap-argocd-cm.yaml").write_text(yaml.safe_dump(cm))
+    assert bootstrap.private_sso_ca(tmp_path)
+    assert "rollout restart deployment argocd-server" in bootstrap.SSO_RESTART
