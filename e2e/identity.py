@@ -41,6 +41,7 @@ DEX_BIND = f"cn=dex,{SUFFIX}"
 KUBERNETES_CLIENT = "kubernetes"
 SCOPES = "openid profile email groups"
 SLAPD = "/usr/sbin/slapd"
+SLAPADD = "/usr/sbin/slapadd"  # the same program, loading a directory offline
 SCHEMAS = ("core", "cosine", "inetorgperson")
 
 
@@ -199,7 +200,7 @@ class SingleSignOn:
         self.conf.write_text(slapd_conf(ldap, secrets.token_urlsafe(18)))
         (ldap / "people.ldif").write_text(directory_ldif(people_, dex_password))
         (ldap / "people.ldif").chmod(0o600)
-        proc = subprocess.run([SLAPD.replace("slapd", "slapadd"), "-f", str(self.conf), "-l",
+        proc = subprocess.run([SLAPADD, "-f", str(self.conf), "-l",
                                str(ldap / "people.ldif")], capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"slapadd failed: {proc.stderr.strip()[-2000:]}")

@@ -3,9 +3,11 @@
 1. git: the commits that changed the job's rendered folder (apps/<env>/job-<job>/): author, time, subject.
 2. Argo CD: the Application's sync history (status.history: revision, when, initiated by a person or by the
    automated sync) and the operation in progress or last finished (status.operationState).
-3. The cluster: the job's runs (RayJob / PyTorchJob <job>-<hash>) that exist now, when each was created, its state,
+3. Argo CD's record of people's actions on the Application through its API (argocd-server's Events: who synced,
+   who deleted which of its resources).
+4. The cluster: the job's runs (RayJob / PyTorchJob <job>-<hash>) that exist now, when each was created, its state,
    and its pods.
-4. With --audit-log (AUDIT_LOG=, the target cluster's API server audit log, JSON lines): what the API server
+5. With --audit-log (AUDIT_LOG=, the target cluster's API server audit log, JSON lines): what the API server
    recorded of the job's objects (each write, by whom and as whom, allowed or refused) and every write the people
    who synced it asked of that cluster themselves.
 
@@ -122,10 +124,12 @@ class ApiEvent:
         return self.code == 201  # create, or a server-side apply (patch) that made the object
 
     def line(self) -> str:
+        """A create names no object at Metadata level (the name is in the body, which the log leaves out)."""
         who = self.user + (f" as {self.impersonated}" if self.impersonated else "")
-        where = f" in {self.namespace}" if self.namespace else ""
         outcome = "refused: " if self.refused else ("failed: " if self.code >= 400 else "")
-        return f"{self.time}  {outcome}{self.verb} {self.resource} {self.name}{where} by {who} ({self.code})"
+        what = " ".join(part for part in (self.verb, self.resource, self.name) if part)
+        where = f" in {self.namespace}" if self.namespace else ""
+        return f"{self.time}  {outcome}{what}{where} by {who} ({self.code})"
 
 
 def api_events(paths: list[Path]) -> list[ApiEvent]:
@@ -157,6 +161,9 @@ def api_events(paths: list[Path]) -> list[ApiEvent]:
 
 # the controllers' bookkeeping of an object (its status, a pod's binding to a node): not a change of what it is
 BOOKKEEPING = ("status", "binding")
+# "creates" that are questions (may I? who am I?), not writes
+QUESTIONS = {"selfsubjectreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews", "subjectaccessreviews",
+             "localsubjectaccessreviews", "tokenreviews"}
 
 
 def job_events(events: list[ApiEvent], namespace: str, run_names: list[str], people: set[str]) -> dict:
@@ -165,7 +172,27 @@ def job_events(events: list[ApiEvent], namespace: str, run_names: list[str], peo
     def of_runs(e: ApiEvent) -> bool:
         return e.namespace == namespace and any(e.name == r or e.name.startswith(f"{r}-") for r in run_names)
     return {"objects": [e for e in events if of_runs(e) and e.resource.partition("/")[2] not in BOOKKEEPING],
-            "people": [e for e in events if e.user in people and not of_runs(e)]}
+            "people": [e for e in events if e.user in people and not of_runs(e) and e.resource not in QUESTIONS]}
+
+
+def people_actions(clients: Clients, target: Target, app_name: str) -> tuple[list[tuple[str, str]], str]:
+    """What people did to the Application through Argo CD's API: argocd-server's Kubernetes Events on it ("<who>
+    initiated sync to ...", "<who> deleted resource ray.io/RayJob '...'"), oldest first, and a note when they
+    cannot be read. A delete through Argo CD reaches the cluster as Argo CD's own account: this is where the
+    person is named. Kubernetes keeps Events about an hour."""
+    try:
+        listed = clients.core(target.argocd_context).list_namespaced_event(
+            target.argocd_namespace, field_selector=f"involvedObject.name={app_name}").items
+    except Exception as exc:  # noqa: BLE001 - the rest of the audit stands without them
+        return [], f"Argo CD's events on {app_name} could not be read ({getattr(exc, 'reason', None) or exc})"
+    out = []
+    for event in listed:
+        if (getattr(event, "source", None) and event.source.component) != "argocd-server":
+            continue
+        when = event.last_timestamp or event.event_time or event.first_timestamp
+        out.append((when.strftime("%Y-%m-%dT%H:%M:%SZ") if hasattr(when, "strftime") else str(when or ""),
+                    event.message or ""))
+    return sorted(out), ""
 
 
 def audit(clients: Clients, target: Target, root: Path, job: str, audit_logs: list[Path] | None = None) -> dict:
@@ -195,8 +222,9 @@ def audit(clients: Clients, target: Target, root: Path, job: str, audit_logs: li
     for run in runs:
         run.pods = jobs_mod.pods_of(core, target.namespace, run)
     unattributed = join(found, runs)
+    actions, actions_note = people_actions(clients, target, app_name)
     result = {"env": target.env, "job": job, "application": app_name, "commits": history, "syncs": found,
-              "unattributed": unattributed}
+              "unattributed": unattributed, "actions": actions, "actions_note": actions_note}
     if audit_logs:
         people = {s.initiator for s in found if s.initiator not in (AUTOMATED, UNKNOWN)}
         events = api_events(audit_logs)
@@ -229,6 +257,12 @@ def render(result: dict) -> str:
     for run in result["unattributed"]:
         lines.append(f"  run {run.name} ({run.kind}) created {run.obj['metadata']['creationTimestamp']} before "
                      f"every recorded sync: {run.state}")
+    if result.get("actions"):
+        lines.append("people's actions through Argo CD (argocd-server's events on the Application; Kubernetes keeps "
+                     "them about an hour):")
+        lines += [f"  {when}  {message}" for when, message in result["actions"]]
+    if result.get("actions_note"):
+        lines.append(result["actions_note"])
     if "api" in result:
         api = result["api"]
         lines.append(f"the API server's audit log: {len(api['objects'])} write(s) to the job's runs and what they own")

@@ -9,8 +9,9 @@ committed argocd-rbac-cm and the platform chart's RoleBindings.
 - A viewer reads everything and is refused every write; a platform admin syncs the platform.
 - On the cluster, the ML engineer's own token reads pods and logs (`make logs` with their credentials) and is
   refused a ClusterRoleBinding and exec; a token Dex issued to Argo CD is not one for the cluster.
-- `make audit` names the ML engineer as the initiator of the sync, and (AUDIT_LOG) what the API server recorded:
-  the RayJob made again by the workload project's ServiceAccount, the ML engineer's refused ClusterRoleBinding.
+- `make audit` names the ML engineer as the initiator of the sync and of the RayJob's delete (argocd-server's
+  events), and (AUDIT_LOG) what the API server recorded: the delete and the RayJob made again, both by Argo CD's
+  account as the workload project's ServiceAccount, and the ML engineer's refused ClusterRoleBinding.
 """
 from __future__ import annotations
 
@@ -274,4 +275,9 @@ def test_audit_names_the_people(e2e, sso):
     made = (f"patch rayjobs {rayjob} in {e2e.namespace(ENV)} by argocd-manager as "
             f"system:serviceaccount:{e2e.namespace(ENV)}:argocd-workload-sync (201)")
     assert made in run.stdout, run.stdout
-    assert f"refused: create clusterrolebindings e2e-ml-takes-over by {email}" in run.stdout, run.stdout
+    # the person's delete, as the cluster saw it: Argo CD's account, as the workload project's
+    deleted = made.replace("patch rayjobs", "delete rayjobs").replace("(201)", "(200)")
+    assert deleted in run.stdout, run.stdout
+    assert f"{email} deleted resource ray.io/RayJob '{rayjob}'" in run.stdout, run.stdout
+    # a create names no object at the Metadata level: the name is in the body
+    assert f"refused: create clusterrolebindings by {email} (403)" in run.stdout, run.stdout

@@ -35,6 +35,12 @@ class _NotFound(Exception):
 
 
 class Core:
+    events: list = []
+
+    def list_namespaced_event(self, namespace, field_selector):
+        assert field_selector == "involvedObject.name=minikube-job-digits-torch"
+        return SimpleNamespace(items=self.events)
+
     def list_namespaced_pod(self, namespace, label_selector):
         if label_selector.startswith("batch.kubernetes.io/job-name="):
             return SimpleNamespace(items=[pod(f"{label_selector.split('=')[1]}-submit", {})])
@@ -161,7 +167,8 @@ def test_the_api_servers_audit_log_adds_who_made_each_object_and_what_the_syncin
         audit_event("update", "rayjobs/status", "digits-torch-bbbbbbbb", "kuberay-operator", 200),
         audit_event("patch", "rayjobs", "digits-torch-bbbbbbbb", "kueue", 409),
         audit_event("create", "rayjobs", "other-cccccccc", "argocd-manager", 201),
-        audit_event("create", "clusterrolebindings", "take-over", "bob", 403, namespace=""),
+        audit_event("create", "clusterrolebindings", "", "bob", 403, namespace=""),
+        audit_event("create", "selfsubjectaccessreviews", "", "bob", 201, namespace=""),
         audit_event("create", "clusterrolebindings", "someone-elses", "mallory", 403, namespace=""),
         ""]))
     runs = [rayjob("digits-torch-bbbbbbbb", "2026-11-25T11:00:02Z", state="Running")]
@@ -172,8 +179,26 @@ def test_the_api_servers_audit_log_adds_who_made_each_object_and_what_the_syncin
                        "digits-torch-bbbbbbbb"], objects  # no status write; the deleted run's too
     assert "failed: patch rayjobs digits-torch-bbbbbbbb in ray-training by kueue (409)" in text
     assert f"patch rayjobs digits-torch-aaaaaaaa in ray-training by argocd-manager as {sa} (201)" in text
-    assert "refused: create clusterrolebindings take-over by bob (403)" in text
+    assert "refused: create clusterrolebindings by bob (403)" in text and "selfsubjectaccessreviews" not in text
     assert "other-cccccccc" not in text and "mallory" not in text
+
+
+def test_peoples_actions_through_argocd_are_argocd_servers_events_on_the_application(history, monkeypatch):
+    """A delete through Argo CD's API reaches the cluster as Argo CD's account: argocd-server's Events on the
+    Application are where the person is named (the controller's are left out)."""
+    import datetime
+    root, first, second = history
+    at = datetime.datetime(2026, 11, 25, 11, 0, 9, tzinfo=datetime.UTC)
+
+    def event(component, message):
+        return SimpleNamespace(source=SimpleNamespace(component=component), message=message, last_timestamp=at,
+                               event_time=None, first_timestamp=None)
+    monkeypatch.setattr(Core, "events", [
+        event("argocd-application-controller", "Initiated automated sync to 'abc'"),
+        event("argocd-server", "bob deleted resource ray.io/RayJob 'digits-torch-bbbbbbbb'")])
+    text = audit.render(audit.audit(Clients(app(first, second), []), target(), root, "digits-torch"))
+    assert "2026-11-25T11:00:09Z  bob deleted resource ray.io/RayJob 'digits-torch-bbbbbbbb'" in text
+    assert "Initiated automated sync" not in text
 
 
 def test_an_audit_log_that_is_not_one_names_its_line(history, tmp_path):
