@@ -41,13 +41,29 @@ def print_logs(clients: Clients, target: Target, job: str, out=sys.stdout, tail:
                 prefix = _prefix(pod, container)
                 runs = [True, False] if _restarts(pod, container) else [False]
                 for previous in runs:
-                    text = core.read_namespaced_pod_log(pod.metadata.name, target.namespace, container=container,
-                                                        tail_lines=tail, previous=previous, _request_timeout=30)
                     tag = "(before its restart) " if previous else ""
+                    try:
+                        text = core.read_namespaced_pod_log(pod.metadata.name, target.namespace, container=container,
+                                                            tail_lines=tail, previous=previous, _request_timeout=30)
+                    except Exception as exc:  # noqa: BLE001 - a 400 is the kubelet's answer for this container
+                        if getattr(exc, "status", None) != 400:
+                            raise
+                        # no log yet (waiting to start, or none kept): the kubelet's own words, then the next one
+                        print(f"{prefix}{tag}(no log: {_api_message(exc)})", file=out)
+                        continue
                     for line in text.splitlines():
                         print(f"{prefix}{tag}{line}", file=out)
                         lines += 1
     return lines
+
+
+def _api_message(exc) -> str:
+    """The `message` of an API error's Status body, else its reason."""
+    import json
+    try:
+        return json.loads(getattr(exc, "body", "") or "{}").get("message") or str(exc.reason)
+    except ValueError:
+        return str(getattr(exc, "reason", exc))
 
 
 def _prefix(pod, container: str) -> str:

@@ -98,3 +98,34 @@ def test_follow_ends_when_the_run_is_pruned(monkeypatch):
     monkeypatch.setattr(jobs_mod, "find", find)
     run = f.run(timeout=10)
     assert run.name == "job-0123abcd" and "(run job-0123abcd is gone)" in out.getvalue()
+
+
+def test_a_container_without_a_log_is_said_and_the_others_still_print(monkeypatch):
+    """A container the kubelet has no log for (waiting to start; kwok's 'no logs found') answers 400: make logs says
+    so in the kubelet's words and prints the other pods (the e2e's ML engineer met a stack trace there)."""
+    from kubernetes.client.exceptions import ApiException
+
+    def read(name, namespace, **kwargs):
+        if name == "quiet":
+            error = ApiException(status=400, reason="Bad Request")
+            error.body = '{"kind":"Status","message":"container \\"ray-job-submitter\\" is waiting to start"}'
+            raise error
+        return "epoch 1\nepoch 2\n"
+    clients = NS(core=lambda context: NS(read_namespaced_pod_log=read))
+    monkeypatch.setattr(jobs_mod, "find", lambda *_: run_with({}, [pod("quiet", "Running"), pod("loud", "Running")]))
+    out = io.StringIO()
+    assert logs.print_logs(clients, NS(context="ctx", namespace="ns"), "job", out=out) == 2
+    assert out.getvalue().splitlines() == [
+        '[quiet] (no log: container "ray-job-submitter" is waiting to start)', "[loud] epoch 1", "[loud] epoch 2"]
+
+
+def test_a_refusal_still_fails_loudly(monkeypatch):
+    import pytest
+    from kubernetes.client.exceptions import ApiException
+
+    def read(*_a, **_k):
+        raise ApiException(status=403, reason="Forbidden")
+    clients = NS(core=lambda context: NS(read_namespaced_pod_log=read))
+    monkeypatch.setattr(jobs_mod, "find", lambda *_: run_with({}, [pod("p", "Running")]))
+    with pytest.raises(ApiException):
+        logs.print_logs(clients, NS(context="ctx", namespace="ns"), "job", out=io.StringIO())
