@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from e2e import identity
+from tests.e2e import day_two
 from tests.e2e.harness import wait_for
 
 ENV = "eks"
@@ -233,14 +234,12 @@ def test_ml_engineer_on_the_cluster(e2e, sso, tmp_path):
 
     pods = _kubectl(kubeconfig, context, "-n", namespace, "get", "pods", "-o", "name")
     assert pods.returncode == 0 and pods.stdout.strip(), pods.stderr
-    # a pod of the job prints a line (kwok serves it as the pod's log); the ML engineer reads it
-    job_pods = wait_for(lambda: (lambda found: (bool(found), found))(
-        [p for p in e2e.pods(ENV) if p.metadata.name.startswith(f"{JOB}-") and p.status.phase == "Running"]),
-        180, 3, f"a running pod of {JOB} on {ENV}")
+    # the run self-heal made again prints a line (its submitter; kwok serves it as the pod's log); they read it
+    run = _rayjob(e2e)["metadata"]["name"]
+    submitter = day_two.running_submitter(e2e, ENV, run)
     line = f"e2e: a line {person['username']} reads with their own token"
-    e2e.print_to_log(ENV, job_pods[0], [line])
-    logs = _kubectl(kubeconfig, context, "-n", namespace, "logs", job_pods[0].metadata.name,
-                    "-c", job_pods[0].spec.containers[0].name)
+    e2e.print_to_log(ENV, submitter, [line])
+    logs = _kubectl(kubeconfig, context, "-n", namespace, "logs", submitter.metadata.name)
     assert logs.returncode == 0 and line in logs.stdout, logs.stdout + logs.stderr
 
     denied = _kubectl(kubeconfig, context, "create", "clusterrolebinding", "e2e-ml-takes-over",
@@ -256,8 +255,10 @@ def test_ml_engineer_on_the_cluster(e2e, sso, tmp_path):
 
     cmd, env = e2e.ops_command("logs", "--env", ENV, "--job", JOB, "--tail", "5")
     cmd[cmd.index("--kubeconfig") + 1] = str(kubeconfig)
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
-    assert run.returncode == 0 and line in run.stdout, run.stdout + run.stderr
+    made = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert made.returncode == 0 and line in made.stdout, made.stdout + made.stderr
+    # the run ends (its app Healthy again, as the scenarios before this one left it)
+    day_two.succeed(e2e, ENV, run, [line])
 
 
 def test_audit_names_the_people(e2e, sso):
