@@ -187,7 +187,7 @@ def test_ml_engineer_through_argocd(e2e, sso):
 
 def _pinned_revision(e2e) -> str:
     """A revision other than the one the apps follow (`main`): the commit itself, named by its hash. Argo CD
-    compares the requested revision with targetRevision as written (server/application/application.go 2240-2249),
+    compares the requested revision with targetRevision as written (server/application/application.go 2243-2252),
     so this is a sync to another revision: it needs `override`."""
     return subprocess.run(["git", "-C", str(e2e.work), "rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
