@@ -104,12 +104,25 @@ ensure_e2e_system() {
   # store's image)
   local missing=()
   for pair in containerd:containerd runc:runc /usr/lib/cni/bridge:containernetworking-plugins \
-              iptables:iptables ipset:ipset conntrack:conntrack cc:gcc busybox:busybox-static /usr/sbin/slapd:slapd; do
+              iptables:iptables ipset:ipset conntrack:conntrack cc:gcc busybox:busybox-static; do
     local tool=${pair%%:*} package=${pair#*:}
     if [ "${tool#/}" != "$tool" ]; then [ -x "$tool" ] || missing+=("$package")
     else command -v "$tool" >/dev/null 2>&1 || missing+=("$package"); fi
   done
   [ ${#missing[@]} -eq 0 ] || apt_install "${missing[@]}"
+  # slapd's package starts the machine's own directory server unless policy-rc.d forbids it (container images ship
+  # one that does); the e2e runs a directory of its own on a free port, so none is started here
+  if [ ! -x /usr/sbin/slapd ]; then
+    if [ ! -e /usr/sbin/policy-rc.d ] && [ "$(id -u)" -eq 0 ]; then
+      printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+      local rc=0
+      apt_install slapd || rc=$?
+      rm -f /usr/sbin/policy-rc.d
+      [ $rc -eq 0 ] || return $rc
+    else
+      apt_install slapd
+    fi
+  fi
   ensure_image_tools
 }
 
