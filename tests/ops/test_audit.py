@@ -210,3 +210,17 @@ def test_an_audit_log_that_is_not_one_names_its_line(history, tmp_path):
     assert f"{log}:2: not an audit event" in str(err.value)
     with pytest.raises(OpsError, match="cannot read the audit log"):
         audit.audit(Clients(app(first, second), []), target(), root, "digits-torch", [tmp_path / "missing.log"])
+
+
+def test_events_that_cannot_be_read_are_said_and_the_rest_of_the_audit_stands(history, monkeypatch):
+    root, first, second = history
+
+    class Forbidden(Exception):
+        reason = "Forbidden"
+
+    def refuse(self, namespace, field_selector):
+        raise Forbidden()
+    monkeypatch.setattr(Core, "list_namespaced_event", refuse)
+    text = audit.render(audit.audit(Clients(app(first, second), []), target(), root, "digits-torch"))
+    assert "Argo CD's events on minikube-job-digits-torch could not be read (Forbidden)" in text
+    assert "synced by bob" in text
