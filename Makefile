@@ -116,9 +116,9 @@ diagnose: setup-base ## classify a failed or stuck job: evidence line and the va
 	$(NEED_JOB)
 	@$(OPS) diagnose $(ENV_FLAG) --job $(JOB) $(if $(JSON),--json)
 
-audit: setup-base ## who changed JOB and what it did: its commits, Argo CD's syncs (who, revision, when), its runs and pods (ENV=; AUDIT_LOG=the API server's audit log)
+audit: setup-base ## who changed JOB and what it did: its commits, Argo CD's syncs (who, revision, when), its runs and pods (ENV=; AUDIT_LOG="the API server's audit log files")
 	$(NEED_JOB)
-	@$(OPS) audit $(ENV_FLAG) --job $(JOB) $(if $(AUDIT_LOG),--audit-log $(AUDIT_LOG))
+	@$(OPS) audit $(ENV_FLAG) --job $(JOB) $(foreach f,$(AUDIT_LOG),--audit-log $(f))
 
 retry: setup-base ## new run of JOB through git: bump its run counter, render, commit (PUSH=1 pushes; REASON=...)
 	$(NEED_JOB)
