@@ -66,6 +66,7 @@ class Run:
         self.environment_of: dict[str, str] = {}  # cluster key -> environment (environments())
         self.argocd: argo.ArgoCD | None = None
         self.sso: identity.SingleSignOn | None = None
+        self.sso_urls: dict[str, str] = {}  # real URL -> the e2e's single sign-on / argocd-server (_world)
 
     def log(self, message: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {message}"
@@ -244,7 +245,8 @@ class Run:
     def _single_sign_on(self, bins: dict) -> identity.SingleSignOn | None:
         """slapd and Dex with a person for each group the rendered RBAC names, or None when the environments name
         no single sign-on."""
-        oidc = identity.oidc_config(world.argocd_configmap(self.source, world.ARGOCD_CM))
+        argocd_cm = world.argocd_configmap(self.source, world.ARGOCD_CM)
+        oidc = identity.oidc_config(argocd_cm)
         people = identity.people(world.argocd_configmap(self.source, "argocd-rbac-cm"))
         if not oidc.get("issuer") or not people:
             self.log("no single sign-on in argocd-cm (or no groups in argocd-rbac-cm): no Dex")
@@ -252,18 +254,19 @@ class Run:
         sso = identity.SingleSignOn(self.run_dir / "sso", oidc["clientID"], self.argocd.server_url)
         sso.prepare(people)
         sso.start(self.sup, bins["dex"])
+        # what the world map points at them: the issuer argocd-cm names, and Argo CD's own url
+        self.sso_urls = {oidc["issuer"]: sso.issuer}
+        url = (argocd_cm.get("data") or {}).get("url")
+        if url:
+            self.sso_urls[url] = self.argocd.server_url
         self.log(f"single sign-on: Dex at {sso.issuer}, people {', '.join(p.username for p in people)}")
         return sso
 
     def _world(self, bins: dict, envs) -> world.World:
         the_world = world.World()
         if self.sso:
-            argocd_cm = world.argocd_configmap(self.source, world.ARGOCD_CM)
-            the_world.urls[identity.oidc_config(argocd_cm)["issuer"]] = self.sso.issuer
+            the_world.urls.update(self.sso_urls)
             the_world.sso_ca = self.sso.tls_ca_pem()
-            url = (argocd_cm.get("data") or {}).get("url")
-            if url:
-                the_world.urls[url] = self.argocd.server_url
         repo_url, _revision = world.repo_url(self.source)
         the_world.urls[repo_url] = f"file://{self.run_dir / 'git' / 'ray-gitops.git'}"
         for service, url in world.webhook_urls(self.source).items():

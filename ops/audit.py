@@ -236,8 +236,8 @@ def audit(clients: Clients, target: Target, root: Path, job: str, audit_logs: li
 
 def created_runs(events: list[ApiEvent], job: str) -> list[str]:
     """The names of the job's runs the log saw created (deleted ones too)."""
-    return [e.name for e in events if e.created and e.resource in ("rayjobs", "pytorchjobs")
-            and jobs_mod.job_of(e.name) == job]
+    plurals = {plural for *_, plural in jobs_mod.KINDS}
+    return [e.name for e in events if e.created and e.resource in plurals and jobs_mod.job_of(e.name) == job]
 
 
 def render(result: dict) -> str:
