@@ -17,7 +17,9 @@
                       `override` (Argo CD v3.5.1 server/application/application.go Sync: 2105, 2223, 2248)
   .github/CODEOWNERS  the platform layer, operators and argocd/ to the platform team; each environment's jobs to its
                       ML engineers
-  (platform chart)    the namespace's RoleBindings for the same groups (`access` values, generator/apps.py)
+  (platform chart)    the namespace's RoleBindings for the same groups (`access` values, generator/apps.py), and
+                      when the standing RayCluster takes Kubernetes tokens (auth.kubernetesTokens), ray:write on it
+                      for the ML engineers and the platform team, and its ServiceAccount's rights
 
 Argo CD reads one argocd-rbac-cm and one argocd-cm for all environments: the single sign-on must be the same in
 every environment (it is set in base.yaml); groups and reviewers may differ per environment.
@@ -134,9 +136,17 @@ def codeowners(envs: list[Environment]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def platform_values(env: Environment) -> dict:
-    """The platform chart's `access` values: which groups get which RoleBindings in the namespace."""
+def platform_values(env: Environment, standing: tuple[str, dict] | None = None) -> dict:
+    """The platform chart's `access` values: which groups get which RoleBindings in the namespace; and, when the
+    standing RayCluster (`standing`: its name and values) takes Kubernetes tokens, who may `ray:write` it (the
+    environment's ML engineers and the platform team) and the ServiceAccount its Ray pods run as."""
     groups = settings(env).get("groups") or {}
-    if not groups:
-        return {}
-    return {"readers": sorted({groups["mlEngineers"], groups["viewers"]})}
+    values: dict = {}
+    if groups:
+        values["readers"] = sorted({groups["mlEngineers"], groups["viewers"]})
+    if standing and (standing[1].get("auth") or {}).get("kubernetesTokens"):
+        name, cluster = standing
+        name = cluster.get("nameOverride") or name
+        values["rayWriters"] = {"cluster": name, "serviceAccount": cluster.get("serviceAccountName") or name,
+                                "groups": sorted({groups[k] for k in ("mlEngineers", "platform") if groups.get(k)})}
+    return values

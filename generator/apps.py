@@ -62,12 +62,18 @@ def compose(root: Path, env: Environment) -> list[App]:
                                          skip_required=True, app=name, chart=chart.name))
         apps.append(App(env.name, name, release, chart, env.namespace, values, hashed, tuple(leaves_out)))
 
+    rc = layer.get("rayCluster", default={}) or {}
+    standing = None  # the standing RayCluster: its release name and values
+    if rc.get("enabled", True) and env.placement.role != placement.MANAGER:  # the manager runs no training
+        standing = (rc.get("name", "ray"),
+                    merge(cluster, layer.sub("rayCluster", "values") if "values" in rc else Layer({}, {})))
+
     platform = layer.get("platform", default={}) or {}
     if platform.get("enabled", True):
         values = layer.sub("platform", "values") if "values" in platform else Layer({}, {})
-        readers = access.platform_values(env)
-        if readers:  # the groups of environments' `access`: the namespace's RoleBindings (charts/platform)
-            values = merge(Layer({"access": readers}, {}), values)
+        people = access.platform_values(env, (standing[0], standing[1].data) if standing else None)
+        if people:  # the groups of environments' `access`: the namespace's RoleBindings (charts/platform)
+            values = merge(Layer({"access": people}, {}), values)
         queues = queueing.platform_values(env)
         if queues:  # the environment's `queueing`: ResourceFlavors, ClusterQueue, LocalQueue (charts/platform)
             values = merge(queues, values)
@@ -76,11 +82,9 @@ def compose(root: Path, env: Environment) -> list[App]:
         add(PLATFORM_APP, "platform", platform.get("chart", "platform"),
             ("platform", "chart") if "chart" in platform else None, values)
 
-    rc = layer.get("rayCluster", default={}) or {}
-    if rc.get("enabled", True) and env.placement.role != placement.MANAGER:  # the manager runs no training
+    if standing:
         chart_path = ("rayCluster", "chart") if "chart" in rc else None
-        add(CLUSTER_APP, rc.get("name", "ray"), rc.get("chart", "ray-cluster"), chart_path,
-            merge(cluster, layer.sub("rayCluster", "values") if "values" in rc else Layer({}, {})))
+        add(CLUSTER_APP, standing[0], rc.get("chart", "ray-cluster"), chart_path, standing[1])
 
     defaults = layer.sub("jobDefaults") if layer.get("jobDefaults") else Layer({}, {})
     for job_name in sorted(layer.get("jobs", default={}) or {}):

@@ -404,4 +404,6 @@ def bootstrap(clients: Clients, target: Target, root: Path, timeout: float = 900
     standing = [c for c in status_mod.ray_clusters(clients, target) if c["owner"] is None]
     for cluster in standing:
         print(f"Ray dashboard of {cluster['name']}: {cluster['dashboardUrl']}", file=out)
+        if cluster["dashboardAuth"]:
+            print(f"  it takes {cluster['dashboardAuth']}", file=out)
     return 0 if not missing and not storage else EXIT_NOT_HEALTHY

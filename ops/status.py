@@ -56,6 +56,21 @@ def dashboard(clients: Clients, target: Target, cluster_name: str) -> str:
             f"{DASHBOARD_PORT}:{DASHBOARD_PORT}  # then http://localhost:{DASHBOARD_PORT}")
 
 
+def dashboard_auth(cluster: dict, namespace: str) -> str:
+    """What the dashboard of a RayCluster takes (its spec.authOptions), for a person about to open it."""
+    options = cluster["spec"].get("authOptions") or {}
+    if options.get("mode") != "token":
+        return ""
+    name = cluster["metadata"]["name"]
+    if options.get("enableK8sTokenAuth"):
+        pod = cluster["spec"]["headGroupSpec"]["template"]["spec"]
+        account = pod.get("serviceAccountName") or name
+        return (f"a Kubernetes token with ray:write on rayclusters/{name} (Authorization: Bearer <your single "
+                f"sign-on's ID token>; or, with admin rights, kubectl -n {namespace} create token {account})")
+    secret = options.get("secretName") or name
+    return f"the token in Secret {namespace}/{secret} (key auth_token)"
+
+
 def ray_clusters(clients: Clients, target: Target) -> list[dict]:
     custom, core = clients.custom(target.context), clients.core(target.context)
     out = []
@@ -70,7 +85,8 @@ def ray_clusters(clients: Clients, target: Target) -> list[dict]:
                                 "desired": int(status.get("desiredWorkerReplicas") or 0)},
                     "image": cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"],
                     "owner": next((o["kind"] for o in cluster["metadata"].get("ownerReferences") or []), None),
-                    "dashboardUrl": dashboard(clients, target, name)})
+                    "dashboardUrl": dashboard(clients, target, name),
+                    "dashboardAuth": dashboard_auth(cluster, target.namespace)})
     return out
 
 

@@ -162,3 +162,26 @@ def test_a_second_single_sign_on_is_refused_where_it_is_set(repo_copy):
     assert proc.returncode != 0
     assert "environments/eks.yaml" in proc.stderr and "one single sign-on" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ray_write_on_the_standing_cluster_goes_to_its_ml_engineers_and_the_platform():
+    """minikube's standing RayCluster takes Kubernetes tokens (auth.kubernetesTokens): its Ray pods run as its own
+    ServiceAccount, which may ask TokenReviews and SubjectAccessReviews (system:auth-delegator) and ray:write its
+    own cluster; the environment's ML engineers and the platform team may ray:write that cluster, nobody else."""
+    platform = REPO / "apps" / "minikube" / "platform"
+    cluster = yaml.safe_load((REPO / "apps" / "minikube" / "ray-cluster" / "raycluster-minikube-ray.yaml").read_text())
+    assert cluster["spec"]["authOptions"] == {"mode": "token", "enableK8sTokenAuth": True}
+    for group in [cluster["spec"]["headGroupSpec"], *cluster["spec"]["workerGroupSpecs"]]:
+        pod = group["template"]["spec"]
+        assert pod["serviceAccountName"] == "minikube-ray" and pod["automountServiceAccountToken"] is True
+    role = yaml.safe_load((platform / "role-minikube-ray-ray-write.yaml").read_text())
+    assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "resourceNames": ["minikube-ray"],
+                              "verbs": ["ray:write"]}]
+    binding = yaml.safe_load((platform / "rolebinding-minikube-ray-ray-write.yaml").read_text())
+    assert {(s["kind"], s["name"]) for s in binding["subjects"]} == {
+        ("ServiceAccount", "minikube-ray"), ("Group", ML), ("Group", PLATFORM)}
+    review = yaml.safe_load((platform / "clusterrolebinding-ray-training-minikube-ray-token-review.yaml").read_text())
+    assert review["roleRef"]["name"] == "system:auth-delegator"
+    assert review["subjects"] == [{"kind": "ServiceAccount", "name": "minikube-ray", "namespace": "ray-training"}]
+    # eks keeps the shared token of a Secret: nothing of this is rendered there
+    assert not list((REPO / "apps" / "eks").rglob("*ray-write*"))

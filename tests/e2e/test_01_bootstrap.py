@@ -124,6 +124,13 @@ def test_make_bootstrap_follows_the_environment_until_settled_and_names_the_dash
         assert dashboard.endswith(f":{service['nodePorts']['dashboard']}"), dashboard
     else:
         assert f"port-forward svc/{cluster}-head-svc 8265:8265" in dashboard, dashboard
+    # and what it takes: a person's own Kubernetes token, or the token of the Secret the cluster names
+    lines = out.splitlines()
+    after = lines[lines.index(dashboard) + 1] if lines.index(dashboard) + 1 < len(lines) else ""
+    if ((doc["rayCluster"].get("values") or {}).get("auth") or {}).get("kubernetesTokens"):
+        assert f"ray:write on rayclusters/{cluster}" in after and f"create token {cluster}" in after, after
+    elif ((doc.get("cluster") or {}).get("auth") or {}).get("mode") == "token":
+        assert f"Secret {e2e.namespace(env)}/{doc['cluster']['auth']['secretName']}" in after, after
 
 
 @pytest.mark.parametrize("env", nodes.environments())

@@ -12,6 +12,9 @@ committed argocd-rbac-cm and the platform chart's RoleBindings.
 - `make audit` names the ML engineer as the initiator of the sync and of the RayJob's delete (argocd-server's
   events), and (AUDIT_LOG) what the API server recorded: the delete and the RayJob made again, both by Argo CD's
   account as the workload project's ServiceAccount, and the ML engineer's refused ClusterRoleBinding.
+- On minikube's real node, the standing RayCluster's dashboard (Ray 2.60 under KubeRay v1.6.2, Kubernetes token
+  auth) takes the same people's tokens: none is refused (401), the environment's ML engineers and the platform team
+  may use it, the viewer and another environment's ML engineer may not (403).
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ JOB = "digits-torch"
 JOB_APP = f"{ENV}-job-{JOB}"
 PLATFORM_APP = f"{ENV}-platform"
 OTHER_ENV_APP = "minikube-job-digits-torch"
+RAY_ENV = "minikube"  # its standing RayCluster runs on the real node
 
 
 class Refused(Exception):
@@ -282,3 +286,45 @@ def test_audit_names_the_people(e2e, sso):
     assert f"{email} deleted resource ray.io/RayJob '{rayjob}'" in run.stdout, run.stdout
     # a create names no object at the Metadata level: the name is in the body
     assert f"refused: create clusterrolebindings by {email} (403)" in run.stdout, run.stdout
+
+
+def _dashboard_status(url: str, token: str | None) -> int:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/api/jobs/", headers=headers), timeout=60) as r:
+            json.loads(r.read().decode())  # the job list: the dashboard answered, not a proxy
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_ray_dashboard_takes_peoples_tokens(e2e, sso):
+    """The standing RayCluster of minikube (the real node: Ray 2.60 under KubeRay v1.6.2) runs Ray's Kubernetes
+    token auth: its dashboard asks the API server who the bearer is (TokenReview) and whether they may `ray:write`
+    this RayCluster (SubjectAccessReview), and the platform chart grants that to the environment's ML engineers and
+    the platform team. Called from this machine (the node) at the head pod's address, as `kubectl port-forward`
+    would: no token 401; minikube's ML engineer and the platform admin 200; the viewer, eks's ML engineer and a
+    token for another audience (Argo CD's) 403."""
+    record, by_role = sso
+    assert e2e.real(RAY_ENV), f"{RAY_ENV} has no real node: the dashboard cannot be called"
+    cluster = next(d for d in e2e.rendered(RAY_ENV, "ray-cluster") if d["kind"] == "RayCluster")
+    name = cluster["metadata"]["name"]
+
+    def head():
+        pods = [p for p in e2e.pods(RAY_ENV, f"ray.io/cluster={name},ray.io/node-type=head")
+                if p.status.phase == "Running" and p.status.pod_ip
+                and all(c.ready for c in p.status.container_statuses or [])]
+        if pods:
+            return True, pods[0]
+        return False, [(p.metadata.name, p.status.phase) for p in e2e.pods(RAY_ENV, f"ray.io/cluster={name}")]
+    pod = wait_for(head, 300, 3, f"{name}'s head pod running and ready")
+    url = f"http://{pod.status.pod_ip}:8265"
+
+    def token(role: str, client: str = "") -> str:
+        return identity.id_token(record, _person(by_role, role)["username"], client or record["kubernetes_client"])
+    seen = {"no token": _dashboard_status(url, None)}
+    for role in ("role:ml-minikube", "role:admin", "role:readonly", "role:ml-eks"):
+        seen[role] = _dashboard_status(url, token(role))
+    seen["Argo CD's token"] = _dashboard_status(url, token("role:ml-minikube", record["argocd_client"]))
+    assert seen == {"no token": 401, "role:ml-minikube": 200, "role:admin": 200, "role:readonly": 403,
+                    "role:ml-eks": 403, "Argo CD's token": 403}, seen

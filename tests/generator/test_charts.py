@@ -231,3 +231,33 @@ def test_only_the_autoscaler_container_gets_a_service_account_token(helm_bin, tm
     volume = next(v for v in head["volumes"] if v["name"] == mounts[sa_dir]["name"])
     sources = {next(iter(s)) for s in volume["projected"]["sources"]}
     assert sources == {"serviceAccountToken", "configMap", "downwardAPI"}
+
+
+@pytest.mark.parametrize("chart, values, refusal", [
+    ("ray-cluster", {"auth": {"mode": "disabled", "kubernetesTokens": True}}, "needs auth.mode token"),
+    ("ray-cluster", {"auth": {"mode": "token", "secretName": "s", "kubernetesTokens": True}}, "exclude each other"),
+    ("ray-cluster", {"auth": {"mode": "token", "kubernetesTokens": True}, "autoscaler": {"enabled": True}},
+     "autoscaler's service-account token"),
+    ("ray-job", {"auth": {"mode": "token", "kubernetesTokens": True}}, "for the standing RayCluster"),
+    ("ray-cluster", {"auth": {"mode": "token"}}, "needs auth.secretName"),
+])
+def test_kubernetes_token_auth_is_refused_where_it_cannot_work(helm_bin, tmp_path, chart, values, refusal):
+    path = tmp_path / "values.yaml"
+    path.write_text(yaml.safe_dump(values))
+    proc = helm(helm_bin, "template", f"charts/{chart}", "-f", str(path))
+    assert proc.returncode != 0 and refusal in proc.stderr, proc.stderr
+
+
+def test_kubernetes_token_auth_runs_the_ray_pods_as_the_clusters_account(helm_bin, tmp_path):
+    """Ray's validator calls the API server with the pod's service-account token, so every Ray pod mounts it, as the
+    account named like the cluster (or serviceAccountName); KubeRay gets no Secret name."""
+    for extra, account in (({}, "release-name"), ({"serviceAccountName": "ray-tokens"}, "ray-tokens")):
+        path = tmp_path / "values.yaml"
+        path.write_text(yaml.safe_dump({"auth": {"mode": "token", "kubernetesTokens": True}, **extra}))
+        proc = helm(helm_bin, "template", "charts/ray-cluster", "-f", str(path))
+        assert proc.returncode == 0, proc.stderr
+        spec = next(d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "RayCluster")["spec"]
+        assert spec["authOptions"] == {"mode": "token", "enableK8sTokenAuth": True}
+        for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+            pod = group["template"]["spec"]
+            assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == (account, True)

@@ -78,13 +78,21 @@ def test_minikube_has_no_efa_gpu_or_nccl():
             assert not set(env_of(c)) & (set(EFA_ENV) | set(NCCL_ENV)), (path, role)
 
 
-def test_ray_token_auth_on_in_eks_and_explicitly_off_in_minikube():
-    for env, expected in (("eks", {"mode": "token", "secretName": "ray-auth-token"}), ("minikube", {"mode": "disabled"})):
+def test_ray_token_auth_everywhere_eks_with_its_secret_and_minikube_with_kubernetes_tokens_on_its_standing_cluster():
+    """eks: every Ray cluster takes the shared token of a Secret; minikube: the standing RayCluster takes people's
+    Kubernetes tokens (docs/access.md), its job clusters run without auth (KubeRay drives a RayJob with a Secret's
+    token, which minikube does not have)."""
+    shared = {"mode": "token", "secretName": "ray-auth-token"}
+    for env, standing, jobs in (("eks", shared, shared),
+                                ("minikube", {"mode": "token", "enableK8sTokenAuth": True}, {"mode": "disabled"})):
+        seen = 0
         for path, doc in workloads(REPO / "apps" / env):
             if doc["kind"] == "PyTorchJob":
                 continue
             spec = doc["spec"].get("rayClusterSpec", doc["spec"])
-            assert spec["authOptions"] == expected, path
+            assert spec["authOptions"] == (standing if doc["kind"] == "RayCluster" else jobs), path
+            seen += doc["kind"] == "RayCluster"
+        assert seen, f"no standing RayCluster in apps/{env}"
 
 
 def test_no_secret_value_anywhere_in_the_rendered_output():

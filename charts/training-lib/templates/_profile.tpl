@@ -249,8 +249,9 @@ volumeMounts:
 {{/*
 The pod template of one group. Extra keys in the dict:
   containerName, ports (list), command/args (optional), extraVolumes, extraVolumeMounts,
-  apiAccess (the pod calls the Kubernetes API: the Ray head when KubeRay's autoscaler sidecar runs in it; every other
-  pod runs without a service-account token)
+  apiAccess (the pod calls the Kubernetes API: the Ray pods of a cluster with Kubernetes token auth; every other pod
+  runs without a service-account token; KubeRay's autoscaler sidecar gets its own projected one),
+  serviceAccountName (beside the values' own: the cluster's account for Kubernetes token auth)
 */}}
 {{- define "tlib.podTemplate" -}}
 {{- $vals := .root.Values -}}
@@ -258,7 +259,7 @@ metadata:
   labels:
     {{- include "tlib.podLabels" .root | nindent 4 }}
 spec:
-  {{- with $vals.serviceAccountName }}
+  {{- with (.serviceAccountName | default $vals.serviceAccountName) }}
   serviceAccountName: {{ . }}
   {{- end }}
   automountServiceAccountToken: {{ .apiAccess | default false }}

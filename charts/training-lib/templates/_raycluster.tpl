@@ -10,9 +10,30 @@ container's nvidia.com/gpu limit.
 {{- end -}}
 
 {{/*
+Ray's Kubernetes token auth (auth.kubernetesTokens), checked: the ServiceAccount the Ray pods run as (the cluster's
+name unless serviceAccountName), or empty when it is off. Ray's own validator (Ray 2.60 src/ray/rpc/authentication
+k8s_util.cc) calls the API server with the pod's service-account token at the in-cluster path, so every Ray pod
+mounts it; the account holds only what the platform chart grants it (TokenReview, SubjectAccessReview, ray:write on
+this cluster), which is why it cannot be the autoscaler's (KubeRay gives that one patch rights on the cluster and
+its pods). Only a standing RayCluster: KubeRay v1.6.2 drives a RayJob through the dashboard with the token of a
+Secret named like the cluster (ray-operator/controllers/ray/utils/util.go 973-990), which this mode does not have.
+*/}}
+{{- define "tlib.kubernetesTokens" -}}
+{{- $vals := .root.Values -}}
+{{- if $vals.auth.kubernetesTokens -}}
+{{- if ne $vals.auth.mode "token" }}{{ fail "auth.kubernetesTokens needs auth.mode token (KubeRay refuses enableK8sTokenAuth otherwise)" }}{{ end -}}
+{{- if $vals.auth.secretName }}{{ fail "auth.kubernetesTokens and auth.secretName exclude each other (KubeRay refuses both: the token is the caller's own Kubernetes token)" }}{{ end -}}
+{{- if $vals.autoscaler.enabled }}{{ fail "auth.kubernetesTokens with autoscaler.enabled: the Ray container would hold the autoscaler's service-account token, which may resize the cluster and patch its pods; turn one off" }}{{ end -}}
+{{- if not .standalone }}{{ fail "auth.kubernetesTokens is for the standing RayCluster (the ray-cluster chart): KubeRay v1.6.2 drives a RayJob's cluster with a Secret's token, which this mode has not" }}{{ end -}}
+{{- default (include "tlib.name" .root) $vals.serviceAccountName -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 The spec of a RayCluster (also embedded as a RayJob's rayClusterSpec). Takes a dict:
   root: the chart's top-level context (cluster values at .Values)
   extraVolumes, extraVolumeMounts: added to every Ray pod (e.g. the job's spec ConfigMap)
+  standalone: a RayCluster of its own (the ray-cluster chart), not a RayJob's
 */}}
 {{- define "tlib.rayClusterSpec" -}}
 {{- $root := .root -}}
@@ -20,11 +41,14 @@ The spec of a RayCluster (also embedded as a RayJob's rayClusterSpec). Takes a d
 {{- $extraVolumes := .extraVolumes | default list -}}
 {{- $extraVolumeMounts := .extraVolumeMounts | default list -}}
 rayVersion: {{ $vals.rayVersion | quote }}
+{{- $kubeTokens := include "tlib.kubernetesTokens" . }}
 authOptions:
   mode: {{ $vals.auth.mode }}
-  {{- if eq $vals.auth.mode "token" }}
+  {{- if $kubeTokens }}
+  enableK8sTokenAuth: true
+  {{- else if eq $vals.auth.mode "token" }}
   {{- if not $vals.auth.secretName }}
-  {{- fail "auth.mode token needs auth.secretName (the Secret holding the Ray auth token)" }}
+  {{- fail "auth.mode token needs auth.secretName (the Secret holding the Ray auth token), or auth.kubernetesTokens on the standing RayCluster" }}
   {{- end }}
   secretName: {{ $vals.auth.secretName }}
   {{- end }}
@@ -59,6 +83,7 @@ headGroupSpec:
   {{- $headVolumes = append $extraVolumes (include "tlib.autoscalerTokenVolume" . | fromYaml) }}
   {{- end }}
   {{- $headCtx := dict "root" $root "group" $vals.head "containerName" "ray-head" "extraVolumes" $headVolumes "extraVolumeMounts" $extraVolumeMounts }}
+  {{- if $kubeTokens }}{{ $_ := set $headCtx "apiAccess" true }}{{ $_ := set $headCtx "serviceAccountName" $kubeTokens }}{{ end }}
   {{- $_ := set $headCtx "ports" (list (dict "containerPort" 6379 "name" "gcs-server") (dict "containerPort" 8265 "name" "dashboard") (dict "containerPort" 10001 "name" "client")) }}
   {{- with include "tlib.rayStartParams" $headCtx }}
   rayStartParams:
@@ -73,6 +98,7 @@ workerGroupSpecs:
 {{- $group := get $vals.workerGroups $groupName }}
 {{- if $group }}
 {{- $ctx := dict "root" $root "group" $group "containerName" "ray-worker" "extraVolumes" $extraVolumes "extraVolumeMounts" $extraVolumeMounts }}
+{{- if $kubeTokens }}{{ $_ := set $ctx "apiAccess" true }}{{ $_ := set $ctx "serviceAccountName" $kubeTokens }}{{ end }}
 {{- $min := hasKey $group "minReplicas" | ternary $group.minReplicas $group.replicas }}
 {{- $replicas := hasKey $group "replicas" | ternary $group.replicas $min }}
 {{- if $vals.autoscaler.enabled }}
