@@ -119,7 +119,9 @@ CLASSES = (
                   r"Unauthorized: Missing authentication token", r"Forbidden: Invalid authentication token",
                   r"Invalid or missing authentication token", r"couldn't find key auth_token in Secret"),
                  "the Secret named by cluster.auth.secretName (key auth_token) must exist in the namespace, the same "
-                 "for every pod of the cluster (created out of git: make bootstrap names the command)", False),
+                 "for every pod of the cluster (created out of git: make bootstrap names the command); a standing "
+                 "cluster with auth.kubernetesTokens takes a caller's Kubernetes token instead: one the API server "
+                 "accepts, of someone with ray:write on that RayCluster (docs/access.md)", False),
     FailureClass("job-spec-or-data", "the training refused its job spec, data or resources",
                  (r"\[training\] error \((spec|data|resources|cluster|trainer)\): ",),
                  "the job's training spec (jobs.<job>.job.spec: the field the message names) or its data; the "

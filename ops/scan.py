@@ -48,9 +48,10 @@ class Accepted:
     check: str
     reason: str
     roles: tuple[str, ...] = ROLES
+    clusters: tuple[str, ...] = ()  # the Ray clusters (label ray.io/cluster) whose pods it covers; empty: any pod
 
-    def covers(self, check: str, role: str) -> bool:
-        return check == self.check and role in self.roles
+    def covers(self, check: str, role: str, cluster: str = "") -> bool:
+        return check == self.check and role in self.roles and (not self.clusters or cluster in self.clusters)
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def load_allowlist(path: Path = ALLOWLIST) -> list[Accepted]:
         raise OpsError(f"cannot read the scan allow-list {path}: {exc}") from None
     entries = data.get("accepted") if isinstance(data, dict) else None
     if not isinstance(entries, list):
-        raise OpsError(f"{path}: expected a mapping with a list `accepted:` of {{check, reason, pods}}")
+        raise OpsError(f"{path}: expected a mapping with a list `accepted:` of {{check, reason, roles, clusters}}")
     out = []
     for i, entry in enumerate(entries):
         where = f"{path}: accepted[{i}]"
@@ -104,7 +105,11 @@ def load_allowlist(path: Path = ALLOWLIST) -> list[Accepted]:
         if not roles or unknown:
             raise OpsError(f"{where} ({entry['check']}): `roles` is a list of {', '.join(ROLES)} (unknown: "
                            f"{', '.join(map(str, unknown))})")
-        out.append(Accepted(entry["check"].strip(), " ".join(reason.split()), tuple(roles)))
+        clusters = entry.get("clusters", [])
+        if not isinstance(clusters, list) or not all(isinstance(c, str) and c for c in clusters):
+            raise OpsError(f"{where} ({entry['check']}): `clusters` is a list of RayCluster names (the pods' "
+                           f"ray.io/cluster label)")
+        out.append(Accepted(entry["check"].strip(), " ".join(reason.split()), tuple(roles), tuple(clusters)))
     return out
 
 
@@ -159,9 +164,10 @@ def run_checkov(directory: Path, binary: str) -> dict:
     return data
 
 
-def classify(report: dict, allowlist: list[Accepted], env: str, roles: dict[str, str]) -> Result:
+def classify(report: dict, allowlist: list[Accepted], env: str, roles: dict[str, str],
+             clusters: dict[str, str] | None = None) -> Result:
     """checkov's report of pods (and policies) -> passed count, findings on pods with their acceptance; `roles`:
-    pod name -> role_of(its labels)."""
+    pod name -> role_of(its labels); `clusters`: pod name -> its Ray cluster (label ray.io/cluster)."""
     results = report.get("results") or {}
     passed = sum(1 for c in results.get("passed_checks") or [] if str(c.get("resource", "")).startswith("Pod."))
     findings = []
@@ -171,7 +177,8 @@ def classify(report: dict, allowlist: list[Accepted], env: str, roles: dict[str,
             continue  # a finding on a NetworkPolicy itself: only the pods are under scan
         pod = resource.split(".", 2)[-1]
         role = roles.get(pod, "other")
-        accepted = next((a for a in allowlist if a.covers(check["check_id"], role)), None)
+        cluster = (clusters or {}).get(pod, "")
+        accepted = next((a for a in allowlist if a.covers(check["check_id"], role, cluster)), None)
         findings.append(Finding(check["check_id"], check.get("check_name", ""), pod, role, accepted))
     return Result(env, len(roles), passed, sorted(findings, key=lambda f: (f.check, f.pod)))
 
@@ -193,7 +200,8 @@ def scan(clients: Clients, target: Target, allowlist: list[Accepted], keep: Path
               f"namespace {target.namespace}", file=out, flush=True)
         report = run_checkov(directory, binary)
     roles = {p["metadata"]["name"]: role_of(p["metadata"].get("labels") or {}) for p in pods}
-    return classify(report, allowlist, target.env, roles)
+    clusters = {p["metadata"]["name"]: (p["metadata"].get("labels") or {}).get("ray.io/cluster", "") for p in pods}
+    return classify(report, allowlist, target.env, roles, clusters)
 
 
 def render(result: Result) -> str:

@@ -25,6 +25,7 @@ def test_the_committed_allowlist_loads_and_every_entry_says_why():
     ("accepted:\n  - reason: because\n", "accepted[0]: `check`"),
     ("accepted:\n  - check: CKV_K8S_8\n    reason: r\n    roles: [driver]\n", "unknown: driver"),
     ("accepted: {}\n", "a list `accepted:`"),
+    ("accepted:\n  - check: CKV_K8S_38\n    reason: r\n    clusters: minikube-ray\n", "`clusters` is a list"),
 ])
 def test_a_bad_allowlist_is_refused_naming_the_entry(tmp_path, text, expected):
     path = tmp_path / "allow.yaml"
@@ -71,3 +72,17 @@ def test_checkov_missing_is_a_clear_error(monkeypatch, tmp_path):
     with pytest.raises(OpsError) as exc:
         scan.checkov_binary()
     assert "scripts/setup.sh scan" in str(exc.value)
+
+
+def test_an_entry_narrowed_to_a_cluster_covers_only_that_clusters_pods():
+    """The service-account token of minikube's standing cluster (Kubernetes token auth) is accepted; the same
+    finding on a job's cluster fails the scan."""
+    report = {"results": {"passed_checks": [], "failed_checks": [
+        {"check_id": "CKV_K8S_38", "check_name": "SA token", "resource": f"Pod.ns.{pod}"}
+        for pod in ("standing-head", "job-head")]}}
+    allow = [scan.Accepted("CKV_K8S_38", "Ray's validator", ("ray-head", "ray-worker"), ("minikube-ray",))]
+    result = scan.classify(report, allow, "minikube", {"standing-head": "ray-head", "job-head": "ray-head"},
+                           {"standing-head": "minikube-ray", "job-head": "digits-torch-0a8402cb-x7k2p"})
+    assert [(f.pod, f.accepted is not None) for f in result.findings] == [("job-head", False), ("standing-head", True)]
+    committed = [a for a in scan.load_allowlist() if a.check == "CKV_K8S_38"]
+    assert committed and all(a.clusters for a in committed), "a token mount is accepted only for named clusters"
