@@ -58,10 +58,19 @@ def _operator_files(binary: str, bins: dict) -> tuple[oci.File, ...]:
     return (oci.File(OPERATOR_COMMAND, Path(bins[binary])),)
 
 
+def busybox_binary() -> Path:
+    """Debian's busybox-static (`make setup-e2e` installs it)."""
+    found = shutil.which("busybox")
+    if not found:
+        raise RuntimeError("busybox is not installed: `make setup-e2e` installs Debian's busybox-static, whose tools "
+                           "the object store's image carries")
+    return Path(found)
+
+
 def _versitygw_files(bins: dict) -> tuple[oci.File, ...]:
     """Upstream's image is Alpine with the binary in /usr/local/bin: the shell tools its init container may use
     (mkdir) come from Debian's busybox-static here."""
-    busybox = Path(shutil.which("busybox") or "/bin/busybox")
+    busybox = busybox_binary()
     tools = tuple(oci.File(f"/bin/{tool}", busybox) for tool in ("sh", "mkdir", "ls", "cat"))
     return (oci.File("/usr/local/bin/versitygw", Path(bins["versitygw"])), *tools)
 

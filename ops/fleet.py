@@ -23,10 +23,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from generator.argocd import APP_LABEL, CLUSTER_LABEL, ENV_LABEL  # what the Argo CD layer labels
 
+from . import manifests
 from .bootstrap import create_secret_command, gated_secrets, patch_secret_command, referenced_secrets_of
 from .targets import Clients, OpsError, Target
 
@@ -67,7 +66,7 @@ def operator_apps(root: Path, tgt: Target) -> list[dict]:
     app name, namespace and the version they pin."""
     out = []
     for path in sorted((root / "argocd" / "managed").glob("application-*.yaml")):
-        doc = yaml.safe_load(path.read_text()) or {}
+        doc = manifests.read(path)
         labels = (doc.get("metadata") or {}).get("labels") or {}
         if doc.get("kind") != "Application" or labels.get(ENV_LABEL) != tgt.env:
             continue
@@ -115,7 +114,7 @@ def facts(clients: Clients, tgt: Target, root: Path) -> ClusterFacts:
     for node in core.list_node().items:
         out.nodes += 1
         out.gpus += int((node.status.allocatable or {}).get(GPU, 0) or 0)
-    docs = [yaml.safe_load(path.read_text()) or {} for path in tgt.rendered(root)]
+    docs = [manifests.read(path) for path in tgt.rendered(root)]
     gated = gated_secrets(docs)
     for (namespace, secret), keys in sorted(referenced_secrets_of(docs, tgt.namespace).items()):
         fact = {"keys": sorted(keys), "gated": (namespace, secret) in gated}

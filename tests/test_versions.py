@@ -6,16 +6,15 @@ import importlib
 import re
 
 import pytest
-import yaml
 
 from generator import versions
-from tests.support import REPO
+from tests.support import REPO, load_yaml, load_yaml_all
 
 V = versions.pinned()
 
 
 def _chart(name: str) -> dict:
-    return yaml.safe_load((REPO / "charts" / name / "Chart.yaml").read_text())
+    return load_yaml((REPO / "charts" / name / "Chart.yaml").read_text())
 
 
 def _go_mod_version(component: str, module: str) -> str:
@@ -33,9 +32,9 @@ AGREEMENTS = {
     "charts/ray-job/Chart.yaml appVersion (Ray)": (lambda: _chart("ray-job")["appVersion"], V.ray),
     "charts/pytorch-job/Chart.yaml appVersion (training-operator)":
         (lambda: _chart("pytorch-job")["appVersion"], V.training_operator),
-    "charts/training-lib/values.yaml rayVersion": (lambda: yaml.safe_load(
+    "charts/training-lib/values.yaml rayVersion": (lambda: load_yaml(
         (REPO / "charts/training-lib/values.yaml").read_text())["exports"]["cluster"]["rayVersion"], V.ray),
-    "charts/training-lib/values.yaml image tag (Ray's image)": (lambda: yaml.safe_load(
+    "charts/training-lib/values.yaml image tag (Ray's image)": (lambda: load_yaml(
         (REPO / "charts/training-lib/values.yaml").read_text())["exports"]["cluster"]["image"]["tag"].split("-")[0],
         V.ray),
     "training/Dockerfile ARG RAY_VERSION": (lambda: re.search(r"^ARG RAY_VERSION=(\S+)", (
@@ -46,7 +45,7 @@ AGREEMENTS = {
         REPO / "pyproject.toml").read_text()).group(1), V.python),
     "training/requirements.txt ray": (lambda: _pin((REPO / "training/requirements.txt").read_text(), "ray"), V.ray),
     "pyproject.toml ray": (lambda: _pin((REPO / "pyproject.toml").read_text(), "ray"), V.ray),
-    "environments/base.yaml kubernetesVersion": (lambda: yaml.safe_load(
+    "environments/base.yaml kubernetesVersion": (lambda: load_yaml(
         (REPO / "environments/base.yaml").read_text())["kubernetesVersion"], V.kubernetes),
     "e2e/components/kubernetes/go.mod k8s.io/kubernetes (minor)": (lambda: ".".join(
         _go_mod_version("kubernetes", "k8s.io/kubernetes").lstrip("v").split(".")[:2]), V.kubernetes_minor),
@@ -83,7 +82,7 @@ def test_the_code_reads_versions_yaml():
 def test_the_rendered_operator_applications_install_the_pinned_versions():
     sources = []
     for path in sorted((REPO / "argocd").rglob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in load_yaml_all(path.read_text()):
             if isinstance(doc, dict) and doc.get("kind") in ("Application", "ApplicationSet"):
                 spec = doc["spec"].get("template", {}).get("spec", doc["spec"])
                 for source in spec.get("sources") or [spec.get("source") or {}]:
@@ -114,7 +113,7 @@ def test_the_message_naming_the_crds_to_fetch_gives_the_pinned_versions(tmp_path
 def test_the_pull_request_workflow_installs_the_go_the_components_need():
     """make test builds Argo CD and kubeconform from their Go modules: the workflow that runs it must have Go, at the
     version the components' go.mod files state."""
-    workflow = yaml.safe_load((REPO / ".github/workflows/pull-request.yaml").read_text())
+    workflow = load_yaml((REPO / ".github/workflows/pull-request.yaml").read_text())
     steps = workflow["jobs"]["tests"]["steps"]
     go = [s for s in steps if str(s.get("uses", "")).startswith("actions/setup-go")]
     assert go, "the tests job installs no Go"

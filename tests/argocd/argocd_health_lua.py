@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tests.support import load_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CUSTOMIZATIONS_ROOT = REPO_ROOT / "health-checks"
@@ -134,7 +134,7 @@ def argocd_cm_health_data(root: Path = CUSTOMIZATIONS_ROOT) -> dict[str, str]:
 
 def load_cases(check: HealthCheck) -> list[HealthCase]:
     """The cases of a health_test.yaml, in Argo CD's format (tests: - healthStatus: {status, message}, inputPath)."""
-    document = yaml.safe_load(check.test_path.read_text(encoding="utf-8")) or {}
+    document = load_yaml(check.test_path.read_text(encoding="utf-8")) or {}
     cases = []
     for entry in document.get("tests") or []:
         expected = entry.get("healthStatus") or {}
@@ -145,7 +145,7 @@ def load_cases(check: HealthCheck) -> list[HealthCase]:
 
 def load_resource(path: Path) -> dict[str, Any]:
     with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle)
+        return load_yaml(handle)
 
 
 def _lua51_module():

@@ -6,9 +6,8 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-import yaml
 
-from tests.support import REPO, run_generator
+from tests.support import REPO, load_yaml, run_generator
 
 MANAGED = REPO / "argocd" / "managed"
 RBAC_CM = MANAGED / "configmap-argocd-rbac-cm.yaml"
@@ -100,13 +99,13 @@ def test_argocd_validates_the_generated_policy(argocd_cli, kubeconfig):
 
 
 def test_no_default_role_and_groups_from_the_token():
-    data = yaml.safe_load(RBAC_CM.read_text())["data"]
+    data = load_yaml(RBAC_CM.read_text())["data"]
     assert data["policy.default"] == "" and data["scopes"] == "[groups]"
 
 
 def test_single_sign_on_in_argocd_cm_carries_no_secret():
-    data = yaml.safe_load(ARGOCD_CM.read_text())["data"]
-    oidc = yaml.safe_load(data["oidc.config"])
+    data = load_yaml(ARGOCD_CM.read_text())["data"]
+    oidc = load_yaml(data["oidc.config"])
     assert oidc["issuer"] == "https://sso.example.org" and oidc["clientID"] == "argocd"
     assert oidc["clientSecret"] == "$oidc.clientSecret"  # a key of argocd-secret, set out of git
     assert "groups" in oidc["requestedScopes"]
@@ -143,11 +142,11 @@ def test_the_namespace_gives_the_groups_read_and_nothing_more():
                             for folder in [REPO / "apps" / env / "platform",
                                            *sorted((REPO / "apps" / env).glob("clusters/*/platform"))]
                             if folder.is_dir()]:
-        role = yaml.safe_load((folder / "role-ray-gitops-training-reader.yaml").read_text())
+        role = load_yaml((folder / "role-ray-gitops-training-reader.yaml").read_text())
         assert {verb for rule in role["rules"] for verb in rule["verbs"]} == {"get", "list", "watch"}
         for name, ref in (("rolebinding-ray-gitops-view.yaml", ("ClusterRole", "view")),
                           ("rolebinding-ray-gitops-training-reader.yaml", ("Role", "ray-gitops-training-reader"))):
-            binding = yaml.safe_load((folder / name).read_text())
+            binding = load_yaml((folder / name).read_text())
             assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) == ref
             assert {s["name"] for s in binding["subjects"]} == {ml, VIEWER}
 
@@ -169,18 +168,18 @@ def test_ray_write_on_the_standing_cluster_goes_to_its_ml_engineers_and_the_plat
     ServiceAccount, which may ask TokenReviews and SubjectAccessReviews (system:auth-delegator) and ray:write its
     own cluster; the environment's ML engineers and the platform team may ray:write that cluster, nobody else."""
     platform = REPO / "apps" / "minikube" / "platform"
-    cluster = yaml.safe_load((REPO / "apps" / "minikube" / "ray-cluster" / "raycluster-minikube-ray.yaml").read_text())
+    cluster = load_yaml((REPO / "apps" / "minikube" / "ray-cluster" / "raycluster-minikube-ray.yaml").read_text())
     assert cluster["spec"]["authOptions"] == {"mode": "token", "enableK8sTokenAuth": True}
     for group in [cluster["spec"]["headGroupSpec"], *cluster["spec"]["workerGroupSpecs"]]:
         pod = group["template"]["spec"]
         assert pod["serviceAccountName"] == "minikube-ray" and pod["automountServiceAccountToken"] is True
-    role = yaml.safe_load((platform / "role-minikube-ray-ray-write.yaml").read_text())
+    role = load_yaml((platform / "role-minikube-ray-ray-write.yaml").read_text())
     assert role["rules"] == [{"apiGroups": ["ray.io"], "resources": ["rayclusters"], "resourceNames": ["minikube-ray"],
                               "verbs": ["ray:write"]}]
-    binding = yaml.safe_load((platform / "rolebinding-minikube-ray-ray-write.yaml").read_text())
+    binding = load_yaml((platform / "rolebinding-minikube-ray-ray-write.yaml").read_text())
     assert {(s["kind"], s["name"]) for s in binding["subjects"]} == {
         ("ServiceAccount", "minikube-ray"), ("Group", ML), ("Group", PLATFORM)}
-    review = yaml.safe_load((platform / "clusterrolebinding-ray-training-minikube-ray-token-review.yaml").read_text())
+    review = load_yaml((platform / "clusterrolebinding-ray-training-minikube-ray-token-review.yaml").read_text())
     assert review["roleRef"]["name"] == "system:auth-delegator"
     assert review["subjects"] == [{"kind": "ServiceAccount", "name": "minikube-ray", "namespace": "ray-training"}]
     # eks keeps the shared token of a Secret: nothing of this is rendered there

@@ -5,10 +5,9 @@ import json
 import re
 
 import pytest
-import yaml
 
 from generator import argocd, environments, scopes
-from tests.support import REPO, run_generator
+from tests.support import REPO, load_yaml, run_generator
 
 MANAGED = REPO / "argocd" / "managed"
 ENVS = environments.names(REPO)
@@ -28,7 +27,7 @@ def held_apps(member):
 
 
 def load(path):
-    return yaml.safe_load(path.read_text())
+    return load_yaml(path.read_text())
 
 
 def kinds_in(env, **which):
@@ -307,7 +306,7 @@ def test_the_training_operator_gets_our_hardened_init_container_template(env):
     app = load(MANAGED / f"application-{env}-training-operator.yaml")
     [patch] = app["spec"]["source"]["kustomize"]["patches"]
     assert patch["target"] == {"kind": "Deployment", "name": "training-operator"}
-    deployment = yaml.safe_load(patch["patch"])
+    deployment = load_yaml(patch["patch"])
     pod = deployment["spec"]["template"]
     annotation = "ray-gitops/pytorch-init-container"
     template = pod["metadata"]["annotations"][annotation]
@@ -323,7 +322,7 @@ def test_the_training_operator_gets_our_hardened_init_container_template(env):
     assert set(re.findall(r"{{\s*\.(\w+)\s*}}", template)) == {"InitContainerImage", "MaxTries", "MasterAddr"}
     filled = (template.replace("{{.InitContainerImage}}", "alpine:3.10").replace("{{.MaxTries}}", "100")
               .replace("{{.MasterAddr}}", "job-master-0"))
-    [init] = yaml.safe_load(filled)
+    [init] = load_yaml(filled)
     assert init["name"] == "init-pytorch" and "nslookup job-master-0" in init["command"][-1]
     context = init["securityContext"]
     assert context["allowPrivilegeEscalation"] is False and context["capabilities"] == {"drop": ["ALL"]}

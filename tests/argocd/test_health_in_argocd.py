@@ -7,10 +7,9 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-import yaml
 
 from tests.argocd import argocd_health_lua as hl
-from tests.support import REPO
+from tests.support import REPO, load_yaml
 
 CHECKS = hl.discover_health_checks()
 CASES = [case for check in CHECKS for case in hl.load_cases(check)]
@@ -43,4 +42,4 @@ def test_the_argocd_cm_under_test_is_the_committed_one():
     """What Argo CD is given here is what the root Application delivers (the generated argocd-cm)."""
     from generator import argocd, environments
     envs = [environments.load(REPO, name) for name in environments.names(REPO)]
-    assert yaml.safe_load(ARGOCD_CM.read_text())["data"] == argocd.health_configmap(REPO, envs)["data"]
+    assert load_yaml(ARGOCD_CM.read_text())["data"] == argocd.health_configmap(REPO, envs)["data"]

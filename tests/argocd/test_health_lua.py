@@ -17,7 +17,7 @@ import yaml
 
 from generator import versions
 from tests.argocd import argocd_health_lua as hl
-from tests.support import go_module_dir
+from tests.support import go_module_dir, load_yaml
 
 # The kinds this repository must ship a health check for, and the health states each must be tested in.
 # All four kinds can be suspended (RayCluster/RayJob/RayService spec.suspend, PyTorchJob spec.runPolicy.suspend).
@@ -100,7 +100,7 @@ def test_every_required_state_has_a_fixture(name):
 
 @pytest.mark.parametrize("check", CHECKS, ids=lambda check: check.name)
 def test_health_test_yaml_is_in_argo_cd_format_and_matches_testdata(check):
-    document = yaml.safe_load(check.test_path.read_text(encoding="utf-8"))
+    document = load_yaml(check.test_path.read_text(encoding="utf-8"))
     assert set(document) == {"tests"}
     input_paths = []
     for entry in document["tests"]:
@@ -291,7 +291,7 @@ def test_lua_taken_from_a_rendered_argocd_cm_behaves_the_same():
                                "labels": {"app.kubernetes.io/name": "argocd-cm",
                                           "app.kubernetes.io/part-of": "argocd"}},
                   "data": hl.argocd_cm_health_data()}
-    rendered = yaml.safe_load(yaml.safe_dump(config_map, sort_keys=True))
+    rendered = load_yaml(yaml.safe_dump(config_map, sort_keys=True))
     for case in CASES:
         script = rendered["data"][case.check.config_map_key]
         hl.assert_case(case, script)

@@ -9,9 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-import yaml
-
 from e2e import gitops, kube, kwok_stages, pod_logs, procs, world
+from tests.support import load_yaml
 
 # the checkout the e2e cluster publishes (python -m e2e run --source; default: this one)
 ROOT = Path(os.environ.get("E2E_SOURCE", Path(__file__).resolve().parents[2]))
@@ -315,7 +314,7 @@ class Harness:
 
     def rendered(self, key: str, app: str) -> list[dict]:
         """An app as rendered for one cluster (app_dir)."""
-        return [yaml.safe_load(p.read_text()) for p in sorted(self.app_dir(key, app).glob("*.yaml"))]
+        return [load_yaml(p.read_text()) for p in sorted(self.app_dir(key, app).glob("*.yaml"))]
 
     def app_names(self, key: str) -> list[str]:
         """The apps rendered for one cluster (an environment's key is its first cluster): the shared folders of

@@ -13,6 +13,7 @@ import yaml
 from e2e import nodes
 from tests.e2e import day_two
 from tests.e2e.harness import KUBEFLOW, RAY
+from tests.support import load_yaml
 
 ENVS = nodes.environments()
 
@@ -114,12 +115,12 @@ def test_retry_is_one_commit_that_starts_a_new_run_resuming_from_the_checkpoints
     after = remotes.git("show", f"{sha}:environments/{env}.yaml", cwd=e2e.work)
     comments = [line.strip() for line in before.splitlines() if line.strip().startswith("#")]
     assert comments == [line.strip() for line in after.splitlines() if line.strip().startswith("#")]
-    assert yaml.safe_load(after)["jobs"][job]["job"]["run"] == 1
+    assert load_yaml(after)["jobs"][job]["job"]["run"] == 1
     specs = {}
     for rev in (f"{sha}~1", sha):
         listing = remotes.git("ls-tree", "--name-only", f"{rev}:{folder}", cwd=e2e.work).splitlines()
         spec_file = next(f for f in listing if f.endswith("-spec.yaml"))
-        specs[rev] = yaml.safe_load(remotes.git("show", f"{rev}:{folder}/{spec_file}", cwd=e2e.work))
+        specs[rev] = load_yaml(remotes.git("show", f"{rev}:{folder}/{spec_file}", cwd=e2e.work))
     assert specs[f"{sha}~1"]["data"] == specs[sha]["data"], "the retry changed the training spec: it would not " \
                                                             "resume from the same checkpoints"
     assert len(record.runs) >= 2 and record.runs[0] != record.runs[1], record.runs
@@ -231,7 +232,7 @@ def test_bootstrap_where_argocd_is_missing_prints_the_pinned_install(e2e, settle
     repo = tmp_path / "repo"
     shutil.copytree(e2e.work / "environments", repo / "environments")
     base = repo / "environments" / "base.yaml"
-    doc = yaml.safe_load(base.read_text())
+    doc = load_yaml(base.read_text())
     doc["gitops"]["argocd"]["context"] = e2e.context(env)
     base.write_text(yaml.safe_dump(doc))
     cmd, environ = e2e.ops_command("bootstrap", "--env", env)

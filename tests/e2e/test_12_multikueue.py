@@ -24,12 +24,12 @@ import json
 import time
 
 import pytest
-import yaml
 
 from e2e.kube import KubectlError
 from tests.e2e.harness import BUDGETS, RAY, wait_for
 from tests.e2e.scenarios import job_name, job_pod_selector
 from tests.e2e.test_11_queueing import _end_every_other_run
+from tests.support import load_yaml
 
 ENV, WEST, HUB = "eks", "eks-west-b", "eks-hub"
 KUEUE = ("kueue.x-k8s.io", "v1beta2")
@@ -117,7 +117,7 @@ def hub(e2e, bootstrapped):
 def test_bootstrap_made_the_kubeconfig_secrets_out_of_git_and_hub_reaches_the_workers(e2e, hub):
     for cluster in CLUSTER_NAME.values():
         secret = e2e.core(HUB).read_namespaced_secret(f"multikueue-{cluster}", "kueue-system")
-        config = yaml.safe_load(base64.b64decode(secret.data["kubeconfig"]))
+        config = load_yaml(base64.b64decode(secret.data["kubeconfig"]))
         server = config["clusters"][0]["cluster"]
         key = next(k for k, v in CLUSTER_NAME.items() if v == cluster)
         assert server["server"] == e2e.clusters[key]["server"], (cluster, server["server"])

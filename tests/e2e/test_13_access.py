@@ -31,6 +31,7 @@ import yaml
 from e2e import identity
 from tests.e2e import day_two
 from tests.e2e.harness import wait_for
+from tests.support import load_yaml
 
 ENV = "eks"
 JOB = "digits-torch"
@@ -123,7 +124,7 @@ def _rayjob(e2e) -> dict:
 
 def _kubeconfig(e2e, path: Path, token: str) -> Path:
     """The e2e kubeconfig's contexts with a person's token instead of the admin's certificate."""
-    config = yaml.safe_load(e2e.kubeconfig.read_text())
+    config = load_yaml(e2e.kubeconfig.read_text())
     config["users"] = [{"name": u["name"], "user": {"token": token}} for u in config["users"]]
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)

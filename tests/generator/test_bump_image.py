@@ -2,10 +2,9 @@
 import difflib
 
 import pytest
-import yaml
 
 from generator import bump_image
-from tests.support import REPO, app_dir, run_generator, tree_digest
+from tests.support import REPO, app_dir, load_yaml, run_generator, tree_digest
 
 
 def test_round_trip_without_a_change_is_byte_for_byte(tmp_path):
@@ -33,7 +32,7 @@ def test_bump_changes_only_the_tag_lines_and_re_renders(repo_copy):
             assert '"0.2.0-' in new  # the quoting is kept
         else:
             assert changed == []
-    cluster = yaml.safe_load((app_dir(repo_copy, "eks", "ray-cluster") / "raycluster-eks-ray.yaml").read_text())
+    cluster = load_yaml((app_dir(repo_copy, "eks", "ray-cluster") / "raycluster-eks-ray.yaml").read_text())
     image = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
     assert image.endswith("/ray-training:0.2.0-efa")
     # the torchrun job's own image is not the training image: untouched
@@ -56,18 +55,18 @@ def test_a_digest_pins_one_environments_image_and_a_new_tag_clears_it(repo_copy)
     proc = run_generator(repo_copy, "bump-image", "--tag", "0.2.0", "--env", "eks", "--digest", DIGEST)
     assert proc.returncode == 0, proc.stderr
     assert f"environments/eks.yaml: cluster.image.tag 0.1.0-efa -> 0.2.0-efa@{DIGEST}" in proc.stdout
-    eks = yaml.safe_load((repo_copy / "environments/eks.yaml").read_text())["cluster"]["image"]
+    eks = load_yaml((repo_copy / "environments/eks.yaml").read_text())["cluster"]["image"]
     assert (eks["tag"], eks["digest"]) == ("0.2.0-efa", DIGEST)
-    cluster = yaml.safe_load((app_dir(repo_copy, "eks", "ray-cluster") / "raycluster-eks-ray.yaml").read_text())
+    cluster = load_yaml((app_dir(repo_copy, "eks", "ray-cluster") / "raycluster-eks-ray.yaml").read_text())
     image = cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
     assert image.endswith(f"/ray-training:0.2.0-efa@{DIGEST}")
-    minikube = yaml.safe_load((repo_copy / "apps/minikube/ray-cluster/raycluster-minikube-ray.yaml").read_text())
+    minikube = load_yaml((repo_copy / "apps/minikube/ray-cluster/raycluster-minikube-ray.yaml").read_text())
     assert "@" not in minikube["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"]
     # a new tag without a digest: the stale digest goes with the old tag
     proc = run_generator(repo_copy, "bump-image", "--tag", "0.3.0")
     assert proc.returncode == 0, proc.stderr
     assert f"environments/eks.yaml: cluster.image.tag 0.2.0-efa@{DIGEST} -> 0.3.0-efa" in proc.stdout
-    assert "digest" not in yaml.safe_load((repo_copy / "environments/eks.yaml").read_text())["cluster"]["image"]
+    assert "digest" not in load_yaml((repo_copy / "environments/eks.yaml").read_text())["cluster"]["image"]
 
 
 @pytest.mark.parametrize("args,message", [

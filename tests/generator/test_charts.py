@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from generator import charts
-from tests.support import REPO, run_generator
+from tests.support import REPO, load_yaml, load_yaml_all, run_generator
 
 CHARTS = sorted(charts.available(REPO))
 RAY_CHARTS = sorted(p.name for p in charts.schema_charts(REPO))  # the charts built on training-lib
@@ -32,7 +32,7 @@ def test_platform_schema_rejects_a_wrong_type(helm_bin):
 def test_chart_renders_on_its_defaults_alone(helm_bin, chart):
     proc = helm(helm_bin, "template", f"charts/{chart}")
     assert proc.returncode == 0, proc.stderr
-    kinds = {d["kind"] for d in yaml.safe_load_all(proc.stdout) if d}
+    kinds = {d["kind"] for d in load_yaml_all(proc.stdout) if d}
     assert EXPECTED_KIND[chart] in kinds
 
 
@@ -61,7 +61,7 @@ def test_schema_rejects_wrong_types(helm_bin, chart):
 def test_ray_job_on_an_existing_cluster_has_no_embedded_cluster(helm_bin):
     proc = helm(helm_bin, "template", "charts/ray-job", "--set", "job.clusterSelector.ray\\.io/cluster=shared")
     assert proc.returncode == 0, proc.stderr
-    job = next(d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "RayJob")
+    job = next(d for d in load_yaml_all(proc.stdout) if d and d["kind"] == "RayJob")
     assert job["spec"]["clusterSelector"] == {"ray.io/cluster": "shared"}
     assert "rayClusterSpec" not in job["spec"]
 
@@ -70,7 +70,7 @@ def test_efa_family_is_checked(helm_bin):
     proc = helm(helm_bin, "template", "charts/ray-cluster", "--set", "efa.enabled=true",
                 "--set", "head.gpus=1", "--set", "efa.instanceFamily=p4d")
     assert proc.returncode == 0, proc.stderr
-    head = yaml.safe_load(proc.stdout.split("---")[-1])["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    head = load_yaml(proc.stdout.split("---")[-1])["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e.get("value") for e in head["env"]}
     assert env["FI_EFA_USE_DEVICE_RDMA"] == "1" and head["resources"]["limits"]["vpc.amazonaws.com/efa"] == "4"
 
@@ -116,7 +116,7 @@ def test_a_schema_change_makes_the_readmes_stale(repo_copy):
 
 def _docs(proc) -> dict:
     assert proc.returncode == 0, proc.stderr
-    return {f"{d['kind']}/{d['metadata']['name']}": d for d in yaml.safe_load_all(proc.stdout) if d}
+    return {f"{d['kind']}/{d['metadata']['name']}": d for d in load_yaml_all(proc.stdout) if d}
 
 
 def test_platform_object_store(helm_bin):
@@ -202,7 +202,7 @@ def test_metrics_are_closed_unless_metrics_from_names_who_scrapes(helm_bin, char
     def policy(*args):
         proc = helm(helm_bin, "template", f"charts/{chart}", *args)
         assert proc.returncode == 0, proc.stderr
-        return next(d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "NetworkPolicy")
+        return next(d for d in load_yaml_all(proc.stdout) if d and d["kind"] == "NetworkPolicy")
     closed = policy()
     assert not any({"port": 8080, "protocol": "TCP"} in (r.get("ports") or []) for r in closed["spec"]["ingress"])
     values = tmp_path / "values.yaml"
@@ -221,7 +221,7 @@ def test_only_the_autoscaler_container_gets_a_service_account_token(helm_bin, tm
     values.write_text(yaml.safe_dump({"autoscaler": {"enabled": True}}))
     proc = helm(helm_bin, "template", "charts/ray-cluster", "-f", str(values))
     assert proc.returncode == 0, proc.stderr
-    spec = next(d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "RayCluster")["spec"]
+    spec = next(d for d in load_yaml_all(proc.stdout) if d and d["kind"] == "RayCluster")["spec"]
     sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
     head = spec["headGroupSpec"]["template"]["spec"]
     assert head["automountServiceAccountToken"] is False
@@ -256,7 +256,7 @@ def test_kubernetes_token_auth_runs_the_ray_pods_as_the_clusters_account(helm_bi
         path.write_text(yaml.safe_dump({"auth": {"mode": "token", "kubernetesTokens": True}, **extra}))
         proc = helm(helm_bin, "template", "charts/ray-cluster", "-f", str(path))
         assert proc.returncode == 0, proc.stderr
-        spec = next(d for d in yaml.safe_load_all(proc.stdout) if d and d["kind"] == "RayCluster")["spec"]
+        spec = next(d for d in load_yaml_all(proc.stdout) if d and d["kind"] == "RayCluster")["spec"]
         assert spec["authOptions"] == {"mode": "token", "enableK8sTokenAuth": True}
         for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
             pod = group["template"]["spec"]

@@ -3,7 +3,7 @@ import os
 
 import yaml
 
-from tests.support import REPO, app_dir, run_generator
+from tests.support import REPO, app_dir, load_yaml, run_generator
 
 # NCCL uses the aws-ofi-nccl plugin or fails (never TCP sockets in silence); NCCL_PROTO is the plugin's to set
 EFA_ENV = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "0", "FI_EFA_FORK_SAFE": "1", "NCCL_NET_PLUGIN": "ofi",
@@ -29,7 +29,7 @@ def pod_specs(doc):
 
 def workloads(apps_env):
     for path in sorted(apps_env.rglob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
+        doc = load_yaml(path.read_text())
         if doc["kind"] in ("RayCluster", "RayJob", "PyTorchJob"):
             yield path, doc
 
@@ -97,7 +97,7 @@ def test_ray_token_auth_everywhere_eks_with_its_secret_and_minikube_with_kuberne
 
 def test_no_secret_value_anywhere_in_the_rendered_output():
     for path in (REPO / "apps").rglob("*.yaml"):
-        doc = yaml.safe_load(path.read_text())
+        doc = load_yaml(path.read_text())
         assert doc["kind"] != "Secret", path
     assert "hf_" not in (REPO / "environments" / "eks.yaml").read_text()
 
@@ -141,7 +141,7 @@ def test_torchrun_job_renders_a_valid_pytorchjob(tmp_path):
     from validation.schema_validation import validate_manifests
 
     (path,) = app_dir(REPO, "eks", "job-fsdp-llama").glob("pytorchjob-fsdp-llama-*.yaml")
-    doc = yaml.safe_load(path.read_text())
+    doc = load_yaml(path.read_text())
     replicas = doc["spec"]["pytorchReplicaSpecs"]
     assert replicas["Master"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 3
     assert doc["spec"]["nprocPerNode"] == "1"
@@ -156,7 +156,7 @@ def test_elastic_torchrun_has_no_master_and_a_c10d_rendezvous(repo_copy, tmp_pat
     out = _render_with(repo_copy, tmp_path, "", ("      workers: 3\n",
                        "      workers: 3\n      elastic: {enabled: true, minReplicas: 2, maxReplicas: 4}\n"))
     (path,) = app_dir(out.parent.parent, "eks", "job-fsdp-llama").glob("pytorchjob-*.yaml")
-    spec = yaml.safe_load(path.read_text())["spec"]
+    spec = load_yaml(path.read_text())["spec"]
     assert "Master" not in spec["pytorchReplicaSpecs"]
     assert spec["elasticPolicy"]["rdzvBackend"] == "c10d" and spec["elasticPolicy"]["maxReplicas"] == 4
 
@@ -166,7 +166,7 @@ def test_each_run_dumps_its_nccl_flight_recorder_to_a_file_of_its_own():
     overwrote the first's. The run's own name is in the path now (a new run, a new name)."""
     seen = {}
     for path in sorted((REPO / "apps" / "eks").rglob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
+        doc = load_yaml(path.read_text())
         text = yaml.safe_dump(doc)
         if "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" not in text:
             continue

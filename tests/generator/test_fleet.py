@@ -7,7 +7,7 @@ import shutil
 
 import yaml
 
-from tests.support import REPO, run_generator, tree_digest
+from tests.support import REPO, load_yaml, run_generator, tree_digest
 
 SECOND = "https://eks-training-b.example.internal"
 HOME = "https://eks-training.example.internal"
@@ -33,7 +33,7 @@ def make_single(root) -> None:
     make_two(root)
     env = root / "environments" / "eks.yaml"
     text = env.read_text()
-    doc = yaml.safe_load(text)
+    doc = load_yaml(text)
     home = doc["clusters"]["eks"]["target"]
     start = text.index("\n# Two EKS clusters, one environment")
     end = text.index("\n# Change windows for the platform")
@@ -58,7 +58,7 @@ def render(root, *args):
 
 
 def managed(root, name) -> dict:
-    return yaml.safe_load((root / "argocd" / "managed" / name).read_text())
+    return load_yaml((root / "argocd" / "managed" / name).read_text())
 
 
 def test_a_fleet_renders_shared_apps_once_and_per_cluster_values_per_cluster(repo_copy):

@@ -9,18 +9,17 @@ from __future__ import annotations
 import re
 
 import pytest
-import yaml
 
 from generator import placement
 from tests.generator.test_bad_input import render_fails
-from tests.support import REPO, run_generator
+from tests.support import REPO, load_yaml, run_generator
 
 EKS = REPO / "apps" / "eks"
 HUB, WORKERS = "hub", ("eks", "west-b")
 
 
 def docs(folder):
-    return [yaml.safe_load(p.read_text()) for p in sorted(folder.glob("*.yaml"))]
+    return [load_yaml(p.read_text()) for p in sorted(folder.glob("*.yaml"))]
 
 
 def by_kind(folder, kind):
@@ -80,7 +79,7 @@ def test_each_worker_gives_the_manager_an_identity_for_what_multikueue_does_ther
 
 
 def test_pinned_jobs_run_on_their_cluster_only_and_are_not_dispatched():
-    env = yaml.safe_load((REPO / "environments" / "eks.yaml").read_text())
+    env = load_yaml((REPO / "environments" / "eks.yaml").read_text())
     pinned = {name for name, job in env["jobs"].items() if job.get("pinnedTo") == "eks"}
     assert pinned == {"digits-torch", "cifar10-torch", "fsdp-llama"}
     assert {p.name for p in (EKS / "clusters" / "eks").glob("job-*")} == {f"job-{j}" for j in pinned}
@@ -163,7 +162,7 @@ def test_each_worker_refuses_a_rayjobs_workload_while_the_ray_auth_secret_is_mis
     kinds = {d["kind"] for d in docs(EKS / "clusters" / HUB / "platform")}
     assert not kinds & {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
     # the platform project may sync them (cluster-scoped: the workload project may not)
-    project = yaml.safe_load((REPO / "argocd" / "managed" / "appproject-eks-platform.yaml").read_text())
+    project = load_yaml((REPO / "argocd" / "managed" / "appproject-eks-platform.yaml").read_text())
     allowed = {(k["group"], k["kind"]) for k in project["spec"]["clusterResourceWhitelist"]}
     assert {("admissionregistration.k8s.io", "ValidatingAdmissionPolicy"),
             ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding")} <= allowed

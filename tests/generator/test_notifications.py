@@ -3,33 +3,31 @@ turns them on, default subscriptions by the environment label, credentials only 
 argocd-notifications-secret; bad settings are refused naming the file, line and key."""
 from __future__ import annotations
 
-import yaml
-
 from tests.generator.test_bad_input import edit, line_of
-from tests.support import run_generator, tree_digest
+from tests.support import load_yaml, run_generator, tree_digest
 
 CM = "argocd/managed/configmap-argocd-notifications-cm.yaml"
 
 
 def rendered(root) -> dict:
-    return yaml.safe_load((root / CM).read_text())["data"]
+    return load_yaml((root / CM).read_text())["data"]
 
 
 def test_the_committed_layer_notifies_eks_by_webhook_with_a_token_reference(repo_root):
     data = rendered(repo_root)
-    service = yaml.safe_load(data["service.webhook.ray-gitops-eks"])
+    service = load_yaml(data["service.webhook.ray-gitops-eks"])
     assert service["url"] == "https://hooks.example.com/ray-gitops/eks"
     assert service["headers"] == [{"name": "Authorization", "value": "Bearer $eks-webhook-token"}]
     assert not any(k.endswith("ray-gitops-minikube") for k in data)  # minikube leaves them off
-    subscriptions = yaml.safe_load(data["subscriptions"])
+    subscriptions = load_yaml(data["subscriptions"])
     assert subscriptions == [{"recipients": ["ray-gitops-eks"], "selector": "ray-gitops/environment=eks",
                               "triggers": ["on-job-succeeded", "on-job-degraded", "on-out-of-sync"]}]
     for trigger in ("on-job-succeeded", "on-job-degraded", "on-out-of-sync"):
-        (condition,) = yaml.safe_load(data[f"trigger.{trigger}"])
+        (condition,) = load_yaml(data[f"trigger.{trigger}"])
         # once per sync operation: app.status.sync.revision moves with every push to main, and each push would
         # announce every finished job again
         assert condition["oncePer"] == "app.status.operationState?.syncResult?.revision"
-        template = yaml.safe_load(data[f"template.{condition['send'][0]}"])
+        template = load_yaml(data[f"template.{condition['send'][0]}"])
         assert template["webhook"]["ray-gitops-eks"]["method"] == "POST"
 
 
@@ -43,15 +41,15 @@ def test_slack_and_sqs_services(repo_copy):
                        "    triggers: [on-job-degraded]\n")
     assert run_generator(repo_copy, "render").returncode == 0
     data = rendered(repo_copy)
-    assert yaml.safe_load(data["service.slack.ray-gitops-minikube"]) == {
+    assert load_yaml(data["service.slack.ray-gitops-minikube"]) == {
         "token": "$slack-token", "apiURL": "https://chat.example.com/api"}
-    minikube = next(s for s in yaml.safe_load(data["subscriptions"]) if s["selector"].endswith("=minikube"))
+    minikube = next(s for s in load_yaml(data["subscriptions"]) if s["selector"].endswith("=minikube"))
     assert minikube == {"recipients": ["ray-gitops-minikube:ml-training"], "triggers": ["on-job-degraded"],
                         "selector": "ray-gitops/environment=minikube"}
     edit(repo_copy / "environments" / "minikube.yaml", "    service: slack\n",
          "    service: awssqs\n    awssqs: {queue: ray-gitops-events, region: us-west-2}\n")
     assert run_generator(repo_copy, "render").returncode == 0
-    assert yaml.safe_load(rendered(repo_copy)["service.awssqs.ray-gitops-minikube"]) == {
+    assert load_yaml(rendered(repo_copy)["service.awssqs.ray-gitops-minikube"]) == {
         "queue": "ray-gitops-events", "region": "us-west-2"}  # no keys: the controller's own AWS identity
 
 

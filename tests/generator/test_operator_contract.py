@@ -6,17 +6,16 @@ from __future__ import annotations
 import glob
 
 import pytest
-import yaml
 
 from generator import environments
-from tests.support import REPO, run_generator
+from tests.support import REPO, load_yaml, run_generator
 
 ENVS = environments.names(REPO)
 KUBERAY_OWNED_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/created-by")
 
 
 def rendered(env: str, pattern: str = "*/*.yaml") -> list[tuple[str, dict]]:
-    return [(p, yaml.safe_load(open(p))) for p in sorted(glob.glob(str(REPO / "apps" / env / pattern)))]
+    return [(p, load_yaml(open(p))) for p in sorted(glob.glob(str(REPO / "apps" / env / pattern)))]
 
 
 def ray_cluster_specs(env):

@@ -4,16 +4,14 @@ by the Argo CD layer on every cluster of a queueing environment and nowhere else
 were written."""
 import re
 
-import yaml
-
 from tests.generator.test_bad_input import edit, line_of, render_fails
-from tests.support import REPO, run_generator
+from tests.support import REPO, load_yaml, run_generator
 
 APPS = REPO / "apps"
 
 
 def docs(folder):
-    return [yaml.safe_load(p.read_text()) for p in sorted(folder.glob("*.yaml"))]
+    return [load_yaml(p.read_text()) for p in sorted(folder.glob("*.yaml"))]
 
 
 def by_kind(folder, kind):
@@ -31,7 +29,7 @@ def job_dirs(env_dir):
 
 
 def test_the_quota_is_a_clusterqueue_over_the_environments_namespace_with_every_resource_in_every_flavor():
-    env = yaml.safe_load((REPO / "environments" / "eks.yaml").read_text())
+    env = load_yaml((REPO / "environments" / "eks.yaml").read_text())
     gpus = int(env["vars"]["gpuQuota"])
     assert platform_dirs(), "eks's platform app is per cluster (its FSx subnet)"
     for platform in platform_dirs():
@@ -76,10 +74,10 @@ def test_queued_jobs_carry_the_local_queue_and_render_no_suspend_and_the_others_
 
 def test_kueue_is_an_operator_of_each_cluster_of_a_queueing_environment_only():
     managed = REPO / "argocd" / "managed"
-    apps = {p.name: yaml.safe_load(p.read_text()) for p in managed.glob("application-*-kueue.yaml")}
+    apps = {p.name: load_yaml(p.read_text()) for p in managed.glob("application-*-kueue.yaml")}
     assert sorted(apps) == ["application-eks-hub-kueue.yaml", "application-eks-kueue.yaml",
                             "application-eks-west-b-kueue.yaml"]
-    versions = yaml.safe_load((REPO / "versions.yaml").read_text())
+    versions = load_yaml((REPO / "versions.yaml").read_text())
     for app in apps.values():
         source = app["spec"]["source"]
         assert (source["repoURL"], source["targetRevision"], source["path"]) == (
@@ -88,28 +86,28 @@ def test_kueue_is_an_operator_of_each_cluster_of_a_queueing_environment_only():
             f"us-central1-docker.pkg.dev/k8s-staging-images/kueue/kueue=registry.k8s.io/kueue/kueue:{versions['kueue']}"]
         (patch,) = source["kustomize"]["patches"]
         assert patch["target"] == {"kind": "ConfigMap", "name": "manager-config"}
-        config = yaml.safe_load(yaml.safe_load(patch["patch"])["data"]["controller_manager_config.yaml"])
+        config = load_yaml(load_yaml(patch["patch"])["data"]["controller_manager_config.yaml"])
         # batch/job too: Kueue v0.17.0's Job webhook panics without it (operator_config/kueue-manager-config.yaml)
         assert config["integrations"]["frameworks"] == ["batch/job", "ray.io/rayjob", "kubeflow.org/pytorchjob"]
         assert config.get("manageJobsWithoutQueueName", False) is False, "the standing RayCluster is not Kueue's"
         assert app["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"] == "-11", "before the platform app"
-    project = yaml.safe_load((managed / "appproject-eks-platform.yaml").read_text())["spec"]
+    project = load_yaml((managed / "appproject-eks-platform.yaml").read_text())["spec"]
     assert "https://github.com/kubernetes-sigs/kueue.git" in project["sourceRepos"]
     assert {"kueue-system", "kube-system"} <= {d["namespace"] for d in project["destinations"]}
     cluster_kinds = {(k["group"], k["kind"]) for k in project["clusterResourceWhitelist"]}
     assert {("kueue.x-k8s.io", "ClusterQueue"), ("kueue.x-k8s.io", "ResourceFlavor"),
             ("admissionregistration.k8s.io", "MutatingWebhookConfiguration")} <= cluster_kinds
     assert ("kueue.x-k8s.io", "LocalQueue") in {(k["group"], k["kind"]) for k in project["namespaceResourceWhitelist"]}
-    other = yaml.safe_load((managed / "appproject-minikube-platform.yaml").read_text())["spec"]
+    other = load_yaml((managed / "appproject-minikube-platform.yaml").read_text())["spec"]
     assert "https://github.com/kubernetes-sigs/kueue.git" not in other["sourceRepos"]
     assert "kueue-system" not in {d["namespace"] for d in other["destinations"]}
-    ignored = yaml.safe_load((managed / "applicationset-eks.yaml").read_text())["spec"]["template"]["spec"][
+    ignored = load_yaml((managed / "applicationset-eks.yaml").read_text())["spec"]["template"]["spec"][
         "ignoreDifferences"]
     assert {"group": "ray.io", "kind": "RayJob", "jsonPointers": ["/spec/suspend"]} in ignored
     assert {"group": "kubeflow.org", "kind": "PyTorchJob", "jsonPointers": ["/spec/runPolicy/suspend"]} in ignored
-    plain = yaml.safe_load((managed / "applicationset-minikube.yaml").read_text())["spec"]["template"]["spec"]
+    plain = load_yaml((managed / "applicationset-minikube.yaml").read_text())["spec"]["template"]["spec"]
     assert "RayJob" not in str(plain.get("ignoreDifferences")), "minikube does not queue: its suspend is git's"
-    workload = yaml.safe_load((managed / "appproject-eks.yaml").read_text())["spec"]
+    workload = load_yaml((managed / "appproject-eks.yaml").read_text())["spec"]
     assert workload["clusterResourceWhitelist"] == [], "a job's folder never gets a ClusterQueue"
 
 

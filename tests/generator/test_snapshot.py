@@ -1,8 +1,7 @@
 """What the committed render of each environment must say (the snapshot's meaning, not only its bytes)."""
 import pytest
-import yaml
 
-from tests.support import REPO
+from tests.support import REPO, load_yaml
 
 APPS = REPO / "apps"
 
@@ -13,7 +12,7 @@ def load(rel):
     env, _, rest = rel.partition("/")
     matches = sorted(APPS.glob(f"{env}/clusters/{env}/{rest}")) or sorted(APPS.glob(rel))
     assert len(matches) == 1, (rel, matches)
-    return yaml.safe_load(matches[0].read_text())
+    return load_yaml(matches[0].read_text())
 
 
 def pods(spec):
@@ -72,7 +71,7 @@ def test_eks_standing_cluster_autoscales_and_job_clusters_do_not():
 @pytest.mark.parametrize("env", ["minikube", "eks"])
 def test_every_ray_pod_has_shared_memory(env):
     for path in (APPS / env).rglob("ray[cj]*.yaml"):
-        doc = yaml.safe_load(path.read_text())
+        doc = load_yaml(path.read_text())
         spec = doc["spec"].get("rayClusterSpec", doc["spec"])
         for role, pod, _ in pods(spec):
             shm = [v for v in pod["volumes"] if v["name"] == "shm"]
@@ -124,5 +123,5 @@ def test_every_rendered_job_spec_is_a_valid_training_spec():
     specs = list(APPS.rglob("configmap-*-spec.yaml"))
     assert len(specs) >= 3
     for path in specs:
-        spec = yaml.safe_load(yaml.safe_load(path.read_text())["data"]["spec.yaml"])
+        spec = load_yaml(load_yaml(path.read_text())["data"]["spec.yaml"])
         jsonschema.validate(spec, schema)

@@ -6,10 +6,9 @@ platform project and the root keep the controller's identity)."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from generator import sync_identity
-from tests.support import REPO
+from tests.support import REPO, load_yaml
 
 PLATFORMS = {("minikube", None): REPO / "apps/minikube/platform",
              ("eks", "https://eks-training.example.internal"): REPO / "apps/eks/clusters/eks/platform",
@@ -28,7 +27,7 @@ def workload_kinds(platform_folder) -> set:
 
 
 def load(path):
-    return yaml.safe_load(path.read_text())
+    return load_yaml(path.read_text())
 
 
 @pytest.mark.parametrize("kind,resource", [("RayJob", "rayjobs"), ("NetworkPolicy", "networkpolicies"),

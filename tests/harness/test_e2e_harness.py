@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from e2e import components, egress, kwok_stages, nodes, procs, ray_jobs, world
-from tests.support import REPO
+from tests.support import REPO, load_yaml, load_yaml_all
 
 EKS_SERVER = "https://eks-training.example.internal"
 
@@ -43,20 +43,20 @@ def test_world_map_touches_only_argocd_and_only_the_endpoints(tmp_path):
     changed = _world(tmp_path).rewrite_argocd(root)
     assert "argocd/root.yaml" in changed and "argocd/managed/secret-cluster-eks.yaml" in changed
     assert {p: p.read_bytes() for p in (root / "apps").rglob("*.yaml")} == before_apps
-    secret = yaml.safe_load((root / "argocd/managed/secret-cluster-eks.yaml").read_text())
+    secret = load_yaml((root / "argocd/managed/secret-cluster-eks.yaml").read_text())
     config = json.loads(secret["stringData"]["config"])
     assert secret["stringData"]["server"] == "https://127.0.0.1:6443"
     assert "awsAuthConfig" not in config
     assert config["execProviderConfig"] == {"command": "cat", "args": [str(tmp_path / "credential.json")],
                                             "apiVersion": "client.authentication.k8s.io/v1beta1"}
     assert base64.b64decode(config["tlsClientConfig"]["caData"]).startswith(b"-----BEGIN CERTIFICATE-----\nE2E")
-    project = yaml.safe_load((root / "argocd/managed/appproject-eks.yaml").read_text())
+    project = load_yaml((root / "argocd/managed/appproject-eks.yaml").read_text())
     # the map names eks's first cluster only here: its second keeps its committed server
     assert {d["server"] for d in project["spec"]["destinations"]} == {"https://127.0.0.1:6443",
                                                                       "https://eks-training-b.example.internal",
                                                                       "https://eks-training-hub.example.internal"}
     # what the map does not name stays as committed (the upstream Helm repository here)
-    app = yaml.safe_load((root / "argocd/managed/application-eks-kuberay-operator.yaml").read_text())
+    app = load_yaml((root / "argocd/managed/application-eks-kuberay-operator.yaml").read_text())
     assert app["spec"]["source"]["repoURL"] == "https://ray-project.github.io/kuberay-helm/"
 
 
@@ -64,13 +64,13 @@ def test_a_cluster_secret_without_ca_stays_without(tmp_path):
     """The e2e cluster must show what a missing CA does (Argo CD cannot connect), not paper over it."""
     root = _repo_copy(tmp_path)
     path = root / "argocd/managed/secret-cluster-eks.yaml"
-    doc = yaml.safe_load(path.read_text())
+    doc = load_yaml(path.read_text())
     config = json.loads(doc["stringData"]["config"])
     config["tlsClientConfig"].pop("caData")
     doc["stringData"]["config"] = json.dumps(config)
     path.write_text(yaml.safe_dump(doc))
     _world(tmp_path).rewrite_argocd(root)
-    rewritten = json.loads(yaml.safe_load(path.read_text())["stringData"]["config"])
+    rewritten = json.loads(load_yaml(path.read_text())["stringData"]["config"])
     assert "caData" not in rewritten["tlsClientConfig"]
 
 
@@ -107,8 +107,8 @@ def test_kueue_reads_its_config_file_with_its_listen_addresses_moved(tmp_path):
     from e2e import operator_pods
     op = operator_pods.operator_for("registry.k8s.io/kueue/kueue:v0.17.0")
     assert op is not None and op.binary == "kueue" and op.container_ports == {9443: "webhook", 8082: "visibility"}
-    app = yaml.safe_load((REPO / "argocd/managed/application-eks-kueue.yaml").read_text())
-    config = yaml.safe_load(app["spec"]["source"]["kustomize"]["patches"][0]["patch"])["data"][
+    app = load_yaml((REPO / "argocd/managed/application-eks-kueue.yaml").read_text())
+    config = load_yaml(app["spec"]["source"]["kustomize"]["patches"][0]["patch"])["data"][
         "controller_manager_config.yaml"]
     volume = tmp_path / "volumes" / "manager-config"
     volume.mkdir(parents=True)
@@ -120,18 +120,18 @@ def test_kueue_reads_its_config_file_with_its_listen_addresses_moved(tmp_path):
                                                     op, ports)
     flag, _, path = arg.partition("=")
     assert flag == "--config" and path.startswith(str(tmp_path))
-    moved = yaml.safe_load(open(path).read())
+    moved = load_yaml(open(path).read())
     assert moved["webhook"]["port"] == 40001
     assert moved["health"]["healthProbeBindAddress"] == "127.0.0.1:40002"
     assert moved["metrics"]["bindAddress"] == "127.0.0.1:40003"
-    assert moved["integrations"] == yaml.safe_load(config)["integrations"], "nothing else changes"
+    assert moved["integrations"] == load_yaml(config)["integrations"], "nothing else changes"
     assert operator_pods.OperatorPods._file_argument("--zap-log-level=2", mounts, tmp_path, op, ports) == \
         "--zap-log-level=2"
 
 
 def test_kuberay_substitution_is_declared():
     kuberay = components.BY_NAME["kuberay"]
-    app = yaml.safe_load((REPO / "argocd/managed/application-eks-kuberay-operator.yaml").read_text())
+    app = load_yaml((REPO / "argocd/managed/application-eks-kuberay-operator.yaml").read_text())
     assert kuberay.pinned == "v" + app["spec"]["source"]["targetRevision"]
     assert kuberay.version != kuberay.pinned  # the proxy does not serve v1.7.0: README and docs say so
 
@@ -238,7 +238,7 @@ def test_kwok_stages_end_pods_on_demand_and_hold_them_waiting(tmp_path):
         text = POD_READY if rel.endswith("pod-ready.yaml") else f"kind: Stage\nmetadata: {{name: {rel}}}\n"
         (module_dir / "kustomize/stage" / rel).write_text(text)
     path = kwok_stages.write(tmp_path / "stages.yaml", module_dir)
-    docs = list(yaml.safe_load_all(path.read_text()))
+    docs = list(load_yaml_all(path.read_text()))
     ours = {d["metadata"]["name"]: d for d in docs if d["metadata"]["name"].startswith("e2e-")}
     assert set(ours) == {"e2e-pod-succeed", "e2e-pod-fail", "e2e-pod-waiting"}
     assert "phase: Succeeded" in ours["e2e-pod-succeed"]["spec"]["next"]["statusTemplate"]
@@ -254,7 +254,7 @@ def test_kwok_stages_end_pods_on_demand_and_hold_them_waiting(tmp_path):
     assert not any("pod-complete" in d["metadata"]["name"] for d in docs)  # it would complete every Job's pod
     # the second cluster of an environment of several: its job pods also succeed by themselves, after a delay,
     # unless a scenario ends them on demand; no other pod does
-    auto = {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(
+    auto = {d["metadata"]["name"]: d["spec"] for d in load_yaml_all(
         kwok_stages.write(tmp_path / "auto.yaml", module_dir, auto_finish_jobs=True).read_text())
         if d["metadata"]["name"].startswith("e2e-job-pod-auto-succeed")}
     assert len(auto) == len(kwok_stages.JOB_POD_LABELS)

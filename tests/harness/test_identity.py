@@ -9,7 +9,7 @@ import hashlib
 import yaml
 
 from e2e import identity, world
-from tests.support import REPO
+from tests.support import REPO, load_yaml
 
 
 def _committed(name: str) -> dict:
@@ -57,11 +57,11 @@ def test_the_world_points_argocds_single_sign_on_at_the_e2e_issuer(tmp_path):
     issuer = identity.oidc_config(argocd_cm)["issuer"]
     w = world.World(urls={issuer: "https://127.0.0.1:5556/dex", argocd_cm["data"]["url"]: "http://127.0.0.1:8080"},
                     sso_ca="-----BEGIN CERTIFICATE-----\nSSO\n")
-    doc = w.rewrite_doc(yaml.safe_load(yaml.safe_dump(argocd_cm)), "argocd/managed/configmap-argocd-cm.yaml")
-    oidc = yaml.safe_load(doc["data"]["oidc.config"])
+    doc = w.rewrite_doc(load_yaml(yaml.safe_dump(argocd_cm)), "argocd/managed/configmap-argocd-cm.yaml")
+    oidc = load_yaml(doc["data"]["oidc.config"])
     assert oidc["issuer"] == "https://127.0.0.1:5556/dex" and oidc["rootCA"].startswith("-----BEGIN")
     assert oidc["clientSecret"] == "$oidc.clientSecret" and oidc["clientID"] == "argocd"
     assert doc["data"]["url"] == "http://127.0.0.1:8080"
-    assert w.rewrite_doc(yaml.safe_load(yaml.safe_dump(argocd_cm)), "x") == doc
+    assert w.rewrite_doc(load_yaml(yaml.safe_dump(argocd_cm)), "x") == doc
     w.save(tmp_path / "world.json")
     assert world.World.load(tmp_path / "world.json").sso_ca == w.sso_ca

@@ -53,7 +53,11 @@ def test_image_names_as_containerd_stores_them():
     assert n("quay.io/kuberay/operator:v1.7.0") == "quay.io/kuberay/operator:v1.7.0"
 
 
-def test_served_images_are_the_operators_and_the_store_and_nothing_else(tmp_path):
+def test_served_images_are_the_operators_and_the_store_and_nothing_else(tmp_path, monkeypatch):
+    # which images are served does not depend on the machine's busybox (`make setup-e2e` installs it): a stand-in
+    busybox = tmp_path / "busybox"
+    busybox.write_bytes(b"busybox")
+    monkeypatch.setattr(node_images, "busybox_binary", lambda: busybox)
     bins = {}
     for name in ("kuberay-operator", "kuberay-operator-launcher", "training-operator", "versitygw"):
         bins[name] = str(tmp_path / name)
@@ -68,6 +72,12 @@ def test_served_images_are_the_operators_and_the_store_and_nothing_else(tmp_path
         layer = max(blobs, key=lambda m: m.size)
         with tarfile.open(fileobj=tar.extractfile(layer)) as inner:
             assert {"manager", "kuberay-operator"} <= set(inner.getnames())
+
+
+def test_without_busybox_the_store_image_says_what_installs_it(monkeypatch):
+    monkeypatch.setattr(node_images.shutil, "which", lambda name: None)
+    with pytest.raises(RuntimeError, match=r"make setup-e2e.*busybox-static"):
+        node_images.busybox_binary()
 
 
 def test_nodes_file_names_minikube_real_and_eks_kwok():

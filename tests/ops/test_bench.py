@@ -18,7 +18,7 @@ import yaml
 from ops import bench, change
 from ops.targets import OpsError, target
 from tests.ops.support import git
-from tests.support import REPO, app_dir, tree_digest
+from tests.support import REPO, app_dir, load_yaml, tree_digest
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bench"
 
@@ -53,7 +53,7 @@ def test_the_pair_renders_as_rayjobs_running_the_bench_code_and_goes_away_withou
                  (("baseline", baseline), ("ray", ray))}
     assert [(g["replicas"], g["minReplicas"], g["maxReplicas"]) for g in groups_of["baseline"]] == [(0, 0, 0)]
     assert [(g["replicas"], g["minReplicas"], g["maxReplicas"]) for g in groups_of["ray"]] == [(2, 2, 2)]
-    runtime = yaml.safe_load(baseline["spec"]["runtimeEnvYAML"])
+    runtime = load_yaml(baseline["spec"]["runtimeEnvYAML"])
     assert runtime["env_vars"] == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     # removing both: the file and apps/ exactly as before
     change.commit_change(git_repo, target(git_repo, "minikube"), bench._edit({}, (bench.BASELINE, bench.RAY)),

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ops import diagnose
+from tests.support import load_yaml
 
-FIXTURES = yaml.safe_load((Path(__file__).parent / "fixtures" / "failures.yaml").read_text())
+FIXTURES = load_yaml((Path(__file__).parent / "fixtures" / "failures.yaml").read_text())
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURES))

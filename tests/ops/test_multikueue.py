@@ -11,12 +11,11 @@ import time
 from types import SimpleNamespace as NS
 
 import pytest
-import yaml
 
 from ops import multikueue
 from ops.targets import EXIT_TIMEOUT, OpsError
 from ops.targets import fleet as fleet_targets
-from tests.support import REPO
+from tests.support import REPO, load_yaml
 
 HUB, EKS, WEST = "eks-training-hub", "eks-training", "eks-training-b"
 
@@ -87,7 +86,7 @@ def synced():
 
 
 def kubeconfig_of(cluster, name):
-    return yaml.safe_load(base64.b64decode(cluster.secrets["kueue-system", name]["kubeconfig"]))
+    return load_yaml(base64.b64decode(cluster.secrets["kueue-system", name]["kubeconfig"]))
 
 
 def test_the_manager_gets_one_secret_per_worker_in_kueues_namespace():

@@ -10,16 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ops import retry as retry_mod
 from ops.targets import OpsError, target
 from tests.ops.support import git
-from tests.support import REPO, app_dir
+from tests.support import REPO, app_dir, load_yaml
 
 
 def _job_files(root: Path, env: str, job: str) -> dict[str, dict]:
-    return {p.name: yaml.safe_load(p.read_text()) for p in sorted(app_dir(root, env, f"job-{job}").glob("*.yaml"))}
+    return {p.name: load_yaml(p.read_text()) for p in sorted(app_dir(root, env, f"job-{job}").glob("*.yaml"))}
 
 
 def _run_object(files: dict) -> dict:
@@ -57,7 +56,7 @@ def test_retry_is_one_commit_with_a_new_run_and_the_same_spec(git_repo, env, job
 def test_the_counter_goes_up_each_time_and_sits_under_the_job(git_repo):
     for expected in (1, 2, 3):
         retry_mod.retry(git_repo, target(git_repo, "eks"), "cifar10-torch", f"try {expected}", out=io.StringIO())
-        assert yaml.safe_load((git_repo / "environments/eks.yaml").read_text())["jobs"]["cifar10-torch"]["job"][
+        assert load_yaml((git_repo / "environments/eks.yaml").read_text())["jobs"]["cifar10-torch"]["job"][
             "run"] == expected
     lines = (git_repo / "environments/eks.yaml").read_text().splitlines()
     job_line = next(i for i, l in enumerate(lines) if l.strip() == "cifar10-torch:")

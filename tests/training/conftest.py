@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import pytest
 
-# This one test process hosts the drivers of every framework. The CUDA build of torch loads Triton (LLVM) the first
-# time an optimizer is built (torch._compile -> torch._dynamo -> triton); loading it after TensorFlow is in the
-# process segfaults (measured: `import ray.train.tensorflow; torch.optim.Adam(...)` -> SIGSEGV in triton._C.libtriton,
-# the reverse order works). A job's own process imports one framework, so only the test process needs this order.
-# isort: off
-import torch._dynamo  # noqa: E402,F401
-# isort: on
-
-from tests.training.support import SpecRunner, digits_spec  # noqa: E402
-from training.runtime.env import apply_quiet_defaults  # noqa: E402
+from tests.training.support import SpecRunner, digits_spec
+from training.runtime.env import apply_quiet_defaults
 
 apply_quiet_defaults()
+
+
+def pytest_collection_finish(session):
+    """A test process that runs Ray tests hosts the drivers of every framework. The CUDA build of torch loads Triton
+    (LLVM) the first time an optimizer is built (torch._compile -> torch._dynamo -> triton); loading it after
+    TensorFlow is in the process segfaults (measured: `import ray.train.tensorflow; torch.optim.Adam(...)` -> SIGSEGV
+    in triton._C.libtriton, the reverse order works). So such a process loads it first, before any test runs. A job's
+    own process imports one framework, and the fast lane imports no TensorFlow: neither pays the ~2 s import."""
+    if any(item.get_closest_marker("ray") for item in session.items):
+        import torch._dynamo  # noqa: F401
 
 
 def pytest_configure(config):

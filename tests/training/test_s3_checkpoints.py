@@ -13,6 +13,7 @@ import uuid
 import pytest
 import yaml
 
+from tests.support import load_yaml
 from tests.training.support import REPO, run_driver
 from training.errors import CheckpointError
 
@@ -20,7 +21,7 @@ EXAMPLE = REPO / "training" / "examples" / "digits-torch.yaml"
 
 
 def _spec(tmp_path, epochs: int):
-    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec = load_yaml(EXAMPLE.read_text())
     spec["trainConfig"]["epochs"] = epochs
     spec["checkpoint"].update(everyEpochs=1)
     spec["data"]["maxTrainSamples"] = 400

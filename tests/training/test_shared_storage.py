@@ -15,6 +15,7 @@ import sys
 
 import yaml
 
+from tests.support import load_yaml
 from tests.training.support import REPO, node_environ, run_driver
 from training.runtime.shared_storage import read_marker
 
@@ -49,7 +50,7 @@ def test_the_check_tells_a_shared_folder_from_one_node_alone_sees(two_node_ray, 
 def test_a_job_on_storage_one_node_alone_sees_stops_before_training(two_node_ray, tmp_path):
     """`python -m training run` as the RayJob's entrypoint runs it, with TRAINING_STORAGE_PATH as the charts set it:
     exit 5 (checkpoint) and an error result naming the path, the node and the fix; no worker ever started."""
-    spec = yaml.safe_load(EXAMPLE.read_text())
+    spec = load_yaml(EXAMPLE.read_text())
     spec["trainConfig"]["epochs"] = 1
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import load_yaml
 from tests.training.support import REPO, assert_valid_result, tune_spec
 from training.runtime import checkpoints
 
@@ -241,7 +242,7 @@ def test_the_seed_example_without_a_name_twice(tmp_path, capfd):
 
     from training.cli import main
 
-    spec = yaml.safe_load((REPO / "training" / "examples" / "tune-seed-000.yaml").read_text())
+    spec = load_yaml((REPO / "training" / "examples" / "tune-seed-000.yaml").read_text())
     spec.pop("name")
     (tmp_path / "seed.yaml").write_text(yaml.safe_dump(spec))
     args = ["run", str(tmp_path / "seed.yaml"), "--num-samples", "1",

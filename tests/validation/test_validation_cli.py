@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.support import load_yaml
 from tests.validation.support import FIXTURES, REPO_ROOT
 from validation.cli import main
 
@@ -81,11 +82,10 @@ def test_module_entry_point(crds):
 
 def test_facts_from_a_repository_environment_are_the_composed_ones(capsys):
     """environments/eks.yaml alone has no kubernetesVersion (base.yaml has it): the generator's loader composes it."""
-    import yaml
 
     from validation.cli import _facts_from
-    assert "kubernetesVersion" not in (yaml.safe_load((REPO_ROOT / "environments" / "eks.yaml").read_text()) or {})
-    base = yaml.safe_load((REPO_ROOT / "environments" / "base.yaml").read_text())
+    assert "kubernetesVersion" not in (load_yaml((REPO_ROOT / "environments" / "eks.yaml").read_text()) or {})
+    base = load_yaml((REPO_ROOT / "environments" / "base.yaml").read_text())
     facts = _facts_from(REPO_ROOT / "environments" / "eks.yaml")
     assert facts.kubernetes_version == base["kubernetesVersion"] and facts.gpu_nodes and facts.efa_nodes
     assert main(["policy", "--apps-dir", str(REPO_ROOT / "apps" / "eks"), "--facts-from",

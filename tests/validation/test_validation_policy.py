@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import load_yaml
 from tests.validation.support import FIXTURES, KUBE_VERSION
 from validation import RULES, EnvFacts, check_documents, check_policies, validate_manifests
 from validation.manifests import Manifest
@@ -341,9 +342,8 @@ def test_checkpoint_storage_shared():
 def test_checkpoint_storage_shared_names_the_input_line():
     """Run on a rendered job's file (apps/<env>/job-<name>/), a violation names the environment line to change: the
     most specific key that sets the storage, else where cluster.checkpoints would go."""
-    import yaml
-    doc = yaml.safe_load((POLICY / "checkpoint-storage-shared" / "app" / "rayjob-default-storage.yaml").read_text())
-    spec = yaml.safe_load((POLICY / "checkpoint-storage-shared" / "app" / "configmap-digits-spec.yaml").read_text())
+    doc = load_yaml((POLICY / "checkpoint-storage-shared" / "app" / "rayjob-default-storage.yaml").read_text())
+    spec = load_yaml((POLICY / "checkpoint-storage-shared" / "app" / "configmap-digits-spec.yaml").read_text())
     manifests = [Manifest(Path("apps/minikube/job-digits-torch/rayjob-digits-torch-0123abcd.yaml"), doc=doc),
                  Manifest(Path("apps/minikube/job-digits-torch/configmap-digits-spec.yaml"), doc=spec)]
     origins = {("cluster",): "environments/minikube.yaml:34", ("jobDefaults", "cluster"): "environments/minikube.yaml:60"}
