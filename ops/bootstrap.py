@@ -26,7 +26,7 @@ import yaml
 
 from generator import versions
 
-from . import multikueue, targets
+from . import manifests, multikueue, targets
 from . import status as status_mod
 from .targets import EXIT_NOT_HEALTHY, EXIT_TIMEOUT, EXIT_UNREACHABLE, Clients, OpsError, Target
 
@@ -59,7 +59,7 @@ def referenced_secrets(apps_env_dir: Path, default_namespace: str = "default") -
 
 def referenced_secrets_in(files: list[Path], default_namespace: str = "default") -> dict[tuple[str, str], set[str]]:
     """As referenced_secrets, of these rendered files (one cluster's: Target.rendered)."""
-    return referenced_secrets_of([yaml.safe_load(path.read_text()) or {} for path in files], default_namespace)
+    return referenced_secrets_of([manifests.read(path) for path in files], default_namespace)
 
 
 def referenced_secrets_of(docs: list[dict], default_namespace: str = "default") -> dict[tuple[str, str], set[str]]:
@@ -169,7 +169,7 @@ def fsx_provisioned(files: list[Path]) -> list[str]:
     """The StorageClasses among rendered files that FSx for Lustre's CSI driver provisions."""
     names = []
     for path in files:
-        doc = yaml.safe_load(path.read_text()) or {}
+        doc = manifests.read(path)
         if doc.get("kind") == "StorageClass" and doc.get("provisioner") == FSX_DRIVER:
             names.append(doc["metadata"]["name"])
     return names
@@ -269,7 +269,7 @@ def expected_applications(root: Path, env: str) -> set[str]:
     wave after another, so bootstrap waits for all of them, not only for the ones that exist so far."""
     names: set[str] = set()
     docs = [doc for path in sorted((root / "argocd" / "managed").glob("*.yaml"))
-            for doc in yaml.safe_load_all(path.read_text())
+            for doc in manifests.read_all(path)
             if isinstance(doc, dict) and ((doc.get("metadata") or {}).get("labels") or {}).get(
                 "ray-gitops/environment") == env]
     clusters = [(doc["metadata"].get("labels") or {}) for doc in docs
@@ -307,15 +307,18 @@ def _git_directories(generators: list) -> tuple[list[str], list[str]]:
 
 
 def wait_settled(clients: Clients, target: Target, timeout: float, out=sys.stdout, poll: float = 3.0,
-                 expected: set[str] | None = None) -> list[dict]:
+                 expected: set[str] | None = None, on_list=None) -> list[dict]:
     """Follow the environment's Applications until every one (those that exist and the ``expected`` ones Argo CD
-    has yet to create) is settled; print each change of one."""
+    has yet to create) is settled; print each change of one. ``on_list`` is given each list it reads (bootstrap's
+    RootRefresher follows them instead of listing them itself)."""
     expected = expected or set()
     start = time.monotonic()
     shown: dict[str, str] = {}
     apps: list[dict] = []
     while True:
         apps = status_mod.applications(clients, target)
+        if on_list is not None:
+            on_list(apps)
         waiting = sorted(expected - {a["name"] for a in apps})
         total = len(apps) + len(waiting)
         for app in apps:
@@ -345,14 +348,22 @@ def wait_settled(clients: Clients, target: Target, timeout: float, out=sys.stdou
 class RootRefresher:
     """The app of apps moves on to its next sync wave only when Argo CD reconciles it, and that happens when its
     resync period comes round (120-180 s by default), not when the Applications of its wave turn Healthy: the e2e
-    with --app-resync 60 saw the root's sync resume once a minute, a period per wave. So while bootstrap runs, a
-    thread follows the environment's Applications (every `poll` s) and, each time more of them are settled, asks
-    Argo CD to reconcile the root, as the UI's refresh would. A refusal (RBAC) is said once, then left."""
+    with --app-resync 60 saw the root's sync resume once a minute, a period per wave. So while bootstrap runs, each
+    time more of the environment's Applications are settled, this asks Argo CD to reconcile the root, as the UI's
+    refresh would. It follows the lists wait_settled reads (``observe``); before that wait starts (while
+    bootstrap links MultiKueue's clusters) a thread lists them itself every `poll` s, and stops at the first list
+    wait_settled hands over, so the Applications are never listed twice. A refusal (RBAC) is said once, then
+    left."""
 
     def __init__(self, clients: Clients, target: Target, name: str, out=sys.stdout, poll: float = 3.0):
         import threading
         self.clients, self.target, self.name, self.out, self.poll = clients, target, name, out, poll
         self.refreshes = 0
+        self.lists = 0  # the lists of Applications this made itself (not the ones it was handed)
+        self._settled = 0
+        self._given_up = False
+        self._lock = threading.Lock()
+        self._handed = threading.Event()  # wait_settled's lists drive it from now on
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="root-refresher", daemon=True)
 
@@ -364,20 +375,41 @@ class RootRefresher:
         self._stop.set()
         self._thread.join(timeout=30)
 
+    def observe(self, apps: list[dict]) -> None:
+        """A list of the environment's Applications someone else read (wait_settled's on_list)."""
+        self._handed.set()
+        self._consider(apps)
+
     def _run(self) -> None:
-        before = 0
-        while not self._stop.wait(self.poll):
+        while not self._stop.wait(self.poll) and not self._handed.is_set() and not self._given_up:
             try:
-                now = sum(1 for a in status_mod.applications(self.clients, self.target) if settled(a))
-                if now > before:
+                apps = status_mod.applications(self.clients, self.target)
+            except Exception as exc:  # noqa: BLE001 - a refresh only saves time; bootstrap goes on without it
+                self._give_up(exc)
+                return
+            self.lists += 1
+            if not self._handed.is_set():
+                self._consider(apps)
+
+    def _consider(self, apps: list[dict]) -> None:
+        with self._lock:
+            if self._given_up:
+                return
+            now = sum(1 for a in apps if settled(a))
+            try:
+                if now > self._settled:
                     request_refresh(self.clients, self.target, self.name)
                     self.refreshes += 1
-                before = now
-            except Exception as exc:  # noqa: BLE001 - a refresh only saves time; bootstrap goes on without it
-                reason = getattr(exc, "reason", None) or type(exc).__name__
-                print(f"could not ask Argo CD to refresh {self.name} ({reason}): its sync waves advance at its "
-                      f"resync", file=self.out, flush=True)
+            except Exception as exc:  # noqa: BLE001 - as above
+                self._give_up(exc)
                 return
+            self._settled = now
+
+    def _give_up(self, exc: Exception) -> None:
+        self._given_up = True
+        reason = getattr(exc, "reason", None) or type(exc).__name__
+        print(f"could not ask Argo CD to refresh {self.name} ({reason}): its sync waves advance at its resync",
+              file=self.out, flush=True)
 
 
 def bootstrap(clients: Clients, target: Target, root: Path, timeout: float = 900, out=sys.stdout) -> int:
@@ -392,13 +424,13 @@ def bootstrap(clients: Clients, target: Target, root: Path, timeout: float = 900
         print(f"checkpoint storage: {problem}", file=out)
     print(apply_root(target, root), file=out)
     started = time.monotonic()
-    with RootRefresher(clients, target, root_application(root), out):
+    with RootRefresher(clients, target, root_application(root), out) as refresher:
         if target.placement is not None and target.placement.dispatches:
             # the manager's Secrets to reach its workers: the workers' accounts exist once Argo CD synced them
             multikueue.ensure_all(clients, multikueue.links(targets.fleet(root, target.env, target.kubeconfig)),
                                   timeout, out)
         wait_settled(clients, target, max(60.0, timeout - (time.monotonic() - started)), out,
-                     expected=expected_applications(root, target.env))
+                     expected=expected_applications(root, target.env), on_list=refresher.observe)
     if private_sso_ca(root):
         print(f"single sign-on through a private CA: once, after this first sync, {SSO_RESTART}", file=out)
     standing = [c for c in status_mod.ray_clusters(clients, target) if c["owner"] is None]

@@ -10,7 +10,7 @@ import pytest
 
 from ops import bootstrap
 from ops.targets import OpsError, target
-from tests.support import REPO
+from tests.support import REPO, load_yaml
 
 
 @pytest.mark.parametrize("env", ["minikube", "eks"])
@@ -175,6 +175,42 @@ def test_a_refused_refresh_is_said_once_and_bootstrap_goes_on(monkeypatch):
     assert out.count("could not ask Argo CD to refresh ray-gitops") == 1 and "resync" in out, out
 
 
+def test_once_wait_settled_lists_the_applications_the_refresher_lists_none_itself(monkeypatch):
+    """While bootstrap waits, the refresher follows wait_settled's lists: one list call per poll, not two."""
+    import threading
+    import time
+    before = [app("m-crds", "OutOfSync", "Missing")]  # what the thread sees while MultiKueue's links are made
+    waits = FakeStatus([[app("m-crds")], [app("m-crds"), app("m-cluster", "OutOfSync", "Missing")],
+                        [app("m-crds"), app("m-cluster")]])
+    calls = []  # (who listed, handed over yet)
+    handed = threading.Event()
+
+    def applications(clients, target):
+        thread = threading.current_thread().name
+        calls.append((thread, handed.is_set()))
+        return before if thread == "root-refresher" else waits(clients, target)
+
+    monkeypatch.setattr(bootstrap.status_mod, "applications", applications)
+    clients = RefreshClients()
+
+    with bootstrap.RootRefresher(clients, ArgoTarget(), "ray-gitops", io.StringIO(), poll=0.01) as refresher:
+        def on_list(apps):
+            handed.set()
+            refresher.observe(apps)
+
+        time.sleep(0.2)
+        apps = bootstrap.wait_settled(None, ArgoTarget(), timeout=30, out=io.StringIO(), poll=0.05,
+                                      expected={"m-crds", "m-cluster"}, on_list=on_list)
+        time.sleep(0.2)
+    assert [a["name"] for a in apps] == ["m-crds", "m-cluster"]
+    thread_before = sum(1 for who, after in calls if who == "root-refresher" and not after)
+    thread_after = sum(1 for who, after in calls if who == "root-refresher" and after)
+    assert thread_before >= 5 and refresher.lists == thread_before + thread_after
+    assert thread_after <= 1  # at most the one in flight as the first list was handed over
+    assert sum(1 for who, _ in calls if who != "root-refresher") == 3  # wait_settled's own, one per poll
+    assert refresher.refreshes == 2 and len(clients.patches) == 2  # m-crds settled, then m-cluster
+
+
 def test_the_root_application_is_the_one_root_yaml_makes():
     assert bootstrap.root_application(REPO) == "ray-gitops"
 
@@ -186,8 +222,8 @@ def test_a_private_single_sign_on_ca_is_named_for_the_restart_argocd_server_need
     assert not bootstrap.private_sso_ca(REPO)
     managed = tmp_path / "argocd" / "managed"
     managed.mkdir(parents=True)
-    cm = yaml.safe_load((REPO / "argocd" / "managed" / "configmap-argocd-cm.yaml").read_text())
-    oidc = yaml.safe_load(cm["data"]["oidc.config"])
+    cm = load_yaml((REPO / "argocd" / "managed" / "configmap-argocd-cm.yaml").read_text())
+    oidc = load_yaml(cm["data"]["oidc.config"])
     (managed / "configmap-argocd-cm.yaml").write_text(yaml.safe_dump(cm))
     assert not bootstrap.private_sso_ca(tmp_path)
     cm["data"]["oidc.config"] = yaml.safe_dump({**oidc, "rootCA": "-----BEGIN CERTIFICATE-----\n"})
