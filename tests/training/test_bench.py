@@ -27,11 +27,15 @@ def test_bench_train_tiny(tmp_path, ray_address):
                  "--warm-address", ray_address]) == 0
     report = json.loads((out / "bench-train.json").read_text())
     assert report["benchmark"] == "bench-train" and report["settings"]["tiny"] is True
-    keys = {f"pytorch/{c}" for c in ("plain-1t", "plain-2t", "ray-1w", "ray-2w", "ray-1w-warm", "ray-2w-warm")}
+    keys = {f"pytorch/{c}" for c in ("plain-1t", "plain-2t", "ddp-2p", "ray-1w", "ray-2w", "ray-1w-warm",
+                                     "ray-2w-warm")}
     assert set(report["configurations"]) == keys
     assert report["warmRayAddress"] == ray_address
     warm = report["comparison"]["pytorch"]["ray_2_workers_warm"]
     assert warm["warm_ray"] is True and isinstance(warm["target_first_step_le_10s"], bool)
+    # from fit(): the process's imports and the trainer's set-up are not in it
+    assert 0 < warm["fit_to_first_step_seconds"] < warm["time_to_first_step_seconds"]
+    assert isinstance(warm["target_fit_to_first_step_le_10s"], bool)
     # The global batch: every configuration runs the same steps on the same samples, whatever its workers.
     assert len({(a["global_batch"], a["samples_trained"]) for a in report["configurations"].values()}) == 1
     for agg in report["configurations"].values():
@@ -50,9 +54,16 @@ def test_bench_train_tiny(tmp_path, ray_address):
             assert block["equal_cpu_baseline"] == f"plain, {workers} thread(s)"
             assert isinstance(block["target_steady_ge_0.9x_equal_cpu"], bool)
             assert "ray.init" in report["configurations"][f"{fw}/ray-{workers}w"]["startup_phases"]
+        # plain DDP: the same loop in 2 processes without Ray, trained for real, and Ray's ratio to it
+        ddp = comp["ddp_2_processes"]
+        assert ddp["training_type"] == "ddp_without_ray" and ddp["num_processes"] == 2
+        assert ddp["equal_cpu_baseline"] == "plain, 2 thread(s)" and ddp["steady_vs_equal_cpu_baseline"] > 0
+        assert comp["ray_2_workers"]["steady_vs_plain_ddp"] > 0 and "steady_vs_plain_ddp" not in comp["ray_1_worker"]
+        assert "gloo process group" in " ".join(report["configurations"][f"{fw}/ddp-2p"]["startup_phases"])
     md = (out / "bench-train.md").read_text()
     assert "| framework | configuration |" in md and "Ray Train, 2 workers" in md and "Where the start-up goes" in md
     assert "Ray Train, 2 workers, warm Ray" in md and "(less than 2 points)" in md and "(≤ 10 s)" in md
+    assert "plain DDP, 2 processes (no Ray)" in md and "of which DDP's own" in md and "s after fit() ->" in md
     check_png(out / "bench-train.png")
 
 

@@ -35,10 +35,17 @@ def test_the_settings_travel_as_json_and_come_back_the_same():
 def test_the_plan_of_the_settings():
     s = settings("--frameworks", "pytorch,tensorflow", "--workers", "1,2", "--threads", "1,2")
     keys = [c.key for c in plan(s)]
-    assert keys[:6] == ["pytorch/plain-1t", "pytorch/plain-2t", "pytorch/ray-1w", "pytorch/ray-2w",
-                        "pytorch/ray-1w-warm", "pytorch/ray-2w-warm"] and len(keys) == 12
+    # plain DDP (no Ray) for PyTorch only, and only for more than one process
+    assert keys[:7] == ["pytorch/plain-1t", "pytorch/plain-2t", "pytorch/ddp-2p", "pytorch/ray-1w", "pytorch/ray-2w",
+                        "pytorch/ray-1w-warm", "pytorch/ray-2w-warm"] and len(keys) == 13
     assert [c.key for c in plan(s.one_run())] == [k for k in keys if not k.endswith("-warm")]
-    warm = plan(s)[5]
+    ddp = plan(s)[2]
+    assert (ddp.kind, ddp.workers, ddp.threads, ddp.label) == ("ddp", 2, 1, "plain DDP, 2 processes (no Ray)")
+    assert config_for("pytorch/ddp-2p") == ddp
+    for bad in ("tensorflow/ddp-2p", "pytorch/ddp-1p"):
+        with pytest.raises(ValueError, match="pytorch/ddp-<processes>p with 2 or more"):
+            config_for(bad)
+    warm = plan(s)[6]
     assert (warm.label, warm.comparison_key) == ("Ray Train, 2 workers, warm Ray", "ray_2_workers_warm")
     assert Config.of(json.loads(json.dumps(warm.to_json()))) == warm
     assert config_for("tensorflow/ray-2w") == Config("tensorflow/ray-2w", "tensorflow", "ray", threads=1, workers=2)

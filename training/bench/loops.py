@@ -1,6 +1,6 @@
 """The loops bench-train times, and one configuration run in this process: PyTorch and TensorFlow, each one loop for
 the plain runs (1 or N threads, no Ray in the process) and for Ray Train's workers, marking the time of each phase
-and of every step."""
+and of every step; and PyTorch's loop again in N processes under DDP without Ray (``ddp``)."""
 
 from __future__ import annotations
 
@@ -119,6 +119,78 @@ def _ray_torch_worker(config: dict[str, Any]) -> None:
 
     res = torch_train(settings, shard, 1, rank, world, wrap=prepare_model, allreduce=allreduce)
     _ray_worker_result(config, res, enter, data_done)
+
+
+# ---------------------------------------------------------------- PyTorch DDP without Ray: the all-reduce's own cost
+
+def _ddp_worker(rank: int, world: int, port: int, settings_json: dict[str, Any], results) -> None:
+    """One process of the plain DDP run (torch.multiprocessing, spawned): 1 thread, a gloo process group over
+    127.0.0.1, this rank's shard, and the Ray workers' own loop with DistributedDataParallel as Ray's prepare_model
+    wraps a CPU model (no device ids, DDP's defaults)."""
+    enter = now()
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from training.runtime.data import load_shard
+
+    settings = TrainSettings.of(settings_json)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    group_ready = now()
+    shard = load_shard(settings.data_part, rank, world, settings.seed)
+    data_done = now()
+
+    def allreduce(values):
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    res = torch_train(settings, shard, 1, rank, world, wrap=DistributedDataParallel, allreduce=allreduce)
+    res["marks"].update({"loopEnter": enter, "groupReady": group_ready, "dataDone": data_done,
+                         "processStart": process_start_time()})
+    dist.destroy_process_group()
+    results.put(res)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _run_ddp(cfg: Config, settings: TrainSettings, marks: dict[str, float], timeout: float = 1800) -> dict[str, Any]:
+    """PyTorch DDP over ``cfg.workers`` processes of 1 thread each, no Ray anywhere: what the same steps cost with
+    only DDP's all-reduce added, so that the Ray runs' shortfall splits into DDP's and Ray's."""
+    import queue as queue_mod
+
+    import torch.multiprocessing as mp
+
+    marks["imported"] = now()
+    ctx = mp.get_context("spawn")  # fresh processes, as Ray's workers are (a fork would inherit this one's torch)
+    results = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_ddp_worker, args=(rank, cfg.workers, port, settings.to_json(), results),
+                         name=f"ddp-{rank}") for rank in range(cfg.workers)]
+    for proc in procs:
+        proc.start()
+    workers: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while len(workers) < cfg.workers:
+        try:
+            workers.append(results.get(timeout=2))
+        except queue_mod.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                for proc in procs:
+                    proc.kill()
+                raise RuntimeError(f"{cfg.key}: " + (f"process {dead[0].name} exited with {dead[0].exitcode}" if dead
+                                                     else f"no result after {timeout:.0f} s")) from None
+    for proc in procs:
+        proc.join(timeout=60)
+    marks["fitDone"] = now()
+    return {"config": cfg.to_json(), "workers": sorted(workers, key=lambda r: r["rank"]), "driver": marks}
 
 
 # ---------------------------------------------------------------- TensorFlow: one loop for plain and Ray
@@ -305,6 +377,8 @@ def run_one(cfg: Config, settings: TrainSettings, spawn: float, ray_address: str
     marks: dict[str, float] = {"spawn": spawn, "childStart": CHILD_START}
     if cfg.kind == "plain":
         return _run_plain(cfg, settings, marks)
+    if cfg.kind == "ddp":
+        return _run_ddp(cfg, settings, marks)
     return _run_ray(cfg, settings, marks, ray_address)
 
 

@@ -15,12 +15,14 @@ from training.bench.settings import Config, TrainSettings
 DEFINITIONS = {
     "wall_s": "process start -> trained model evaluated (cold start included)",
     "startup_s": "process start -> end of the first training step (time to first step)",
+    "fit_to_first_step_s": "Ray runs: trainer.fit() called -> end of the first training step (Ray Train's start-up)",
     "steady_samples_per_s": "training samples/s of all workers together, after the first epoch to the last step",
     "train_s": "end of the first step -> end of the last step",
     "fit_tail_s": "end of the last step -> the training call (loop / model.fit) returned",
     "speedup": "baseline (plain, 1 thread) wall time / this wall time",
     "efficiency": "speedup / workers",
     "steady_vs_equal_cpu_baseline": "steady throughput / the plain baseline's with as many threads as workers",
+    "steady_vs_plain_ddp": "Ray Train's steady throughput / plain DDP's (the same loop in as many processes, no Ray)",
 }
 
 
@@ -49,6 +51,17 @@ def _plain_phases(w0: dict, spawn: float, first_step: float) -> dict[str, float]
         phases["model"] = m["modelReady"] - m["dataDone"]
     phases["first step"] = first_step - m["modelReady"]
     return phases
+
+
+def _ddp_phases(d: dict, ws: list[dict], spawn: float, first_step: float) -> dict[str, float]:
+    group = max(w["marks"]["groupReady"] for w in ws)
+    data_done = max(w["marks"]["dataDone"] for w in ws)
+    ready = max(w["marks"]["modelReady"] for w in ws)
+    return {"python + torch import": d["imported"] - spawn,
+            "processes (torch import) + gloo process group": group - d["imported"],
+            "data (incl. scikit-learn import)": data_done - group,
+            "model + DDP": ready - data_done,
+            "first step": first_step - ready}
 
 
 def _ray_phases(d: dict, ws: list[dict], spawn: float, first_step: float) -> dict[str, float]:
@@ -113,9 +126,12 @@ def measure(raw: dict[str, Any], settings: TrainSettings | Mapping[str, Any]) ->
     # Where the start-up seconds go (consecutive phases; they add up to startup_s).
     if cfg.kind == "plain":
         phases = _plain_phases(w0, spawn, first_step)
+    elif cfg.kind == "ddp":
+        phases = _ddp_phases(d, ws, spawn, first_step)
     else:
         phases = _ray_phases(d, ws, spawn, first_step)
         out["teardown_s"] = end - eval_done
+        out["fit_to_first_step_s"] = first_step - d["fitCall"]
         out["ray_cluster_cpus"] = raw.get("rayClusterCpus")
     out["startup_phases"] = {k: round(v, 3) for k, v in phases.items()}
     return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in out.items()}
@@ -148,7 +164,8 @@ def aggregate(runs: list[dict[str, Any]], configs: list[Config | Mapping[str, An
     """Each configuration's medians (and min, max) over its repeats."""
     out = {}
     configs = [Config.of(c) for c in configs]
-    fields = ("wall_s", "startup_s", "train_s", "fit_tail_s", "steady_samples_per_s", "val_accuracy", "teardown_s")
+    fields = ("wall_s", "startup_s", "train_s", "fit_tail_s", "steady_samples_per_s", "val_accuracy", "teardown_s",
+              "fit_to_first_step_s")
     for cfg in configs:
         mine = [r for r in runs if r["key"] == cfg.key]
         if not mine:
@@ -186,9 +203,19 @@ def compare(agg: dict[str, dict[str, Any]], settings: TrainSettings | Mapping[st
         for t in settings.threads:
             if t != 1 and f"{fw}/plain-{t}t" in agg:
                 entry[f"baseline_{t}_threads"] = _seed_block("baseline", agg[f"{fw}/plain-{t}t"], settings)
+        for ddp in (a for k, a in agg.items() if k.startswith(fw + "/") and a["kind"] == "ddp"):
+            w = ddp["workers"]
+            equal = agg.get(f"{fw}/plain-{w}t")
+            block = _seed_block("ddp_without_ray", ddp, settings)
+            block["num_processes"] = w
+            if equal:
+                block["equal_cpu_baseline"] = f"plain, {w} thread(s)"
+                block["steady_vs_equal_cpu_baseline"] = round(ddp["steady_samples_per_s"] / equal["steady_samples_per_s"], 3)
+            entry[f"ddp_{w}_processes"] = block
         for ray_cfg in (a for k, a in agg.items() if k.startswith(fw + "/") and a["kind"] == "ray"):
             w = ray_cfg["workers"]
             equal = agg.get(f"{fw}/plain-{w}t")
+            ddp = agg.get(f"{fw}/ddp-{w}p")
             block = _seed_block("ray_distributed", ray_cfg, settings)
             block["num_workers"] = w
             block["warm_ray"] = ray_cfg.get("warm", False)
@@ -200,12 +227,17 @@ def compare(agg: dict[str, dict[str, Any]], settings: TrainSettings | Mapping[st
             block["target_accuracy_within_2_points"] = abs(block["accuracy_difference"]) < 0.02
             if block["warm_ray"]:
                 block["target_first_step_le_10s"] = ray_cfg["startup_s"] <= 10.0
+                # issue 26's measure of Ray Train's own start-up: from trainer.fit() to the first step
+                block["fit_to_first_step_seconds"] = ray_cfg["fit_to_first_step_s"]
+                block["target_fit_to_first_step_le_10s"] = ray_cfg["fit_to_first_step_s"] <= 10.0
             if equal:
                 block["equal_cpu_baseline"] = f"plain, {w} thread(s)"
                 block["steady_vs_equal_cpu_baseline"] = round(ray_cfg["steady_samples_per_s"] / equal["steady_samples_per_s"], 3)
                 block["wall_vs_equal_cpu_baseline"] = round(equal["wall_s"] / ray_cfg["wall_s"], 3)
                 block["accuracy_difference_vs_equal_cpu_baseline"] = round(ray_cfg["val_accuracy"] - equal["val_accuracy"], 4)
                 block["target_steady_ge_0.9x_equal_cpu"] = block["steady_vs_equal_cpu_baseline"] >= 0.9
+            if ddp:  # the same steps and all-reduce without Ray: what of the shortfall is Ray's
+                block["steady_vs_plain_ddp"] = round(ray_cfg["steady_samples_per_s"] / ddp["steady_samples_per_s"], 3)
             block["startup_extra_s"] = round(ray_cfg["startup_s"] - base["startup_s"], 3)
             entry[ray_cfg["comparisonKey"]] = block
         out[fw] = entry

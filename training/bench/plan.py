@@ -20,30 +20,43 @@ def say(message: str) -> None:
     print(f"[bench-train] {message}", file=sys.stderr, flush=True)
 
 
+#: The frameworks whose loop also runs under its own data-parallel wrapper without Ray (``ddp``): PyTorch's DDP.
+#: TensorFlow's MultiWorkerMirroredStrategy needs a TF_CONFIG cluster of its own; its cost is measured apart
+#: (training/NOTES.md).
+DDP_FRAMEWORKS = ("pytorch",)
+
+
 def plan(settings: TrainSettings) -> list[Config]:
-    """Every configuration the settings ask for: per framework, plain with each thread count, Ray Train with each
-    worker count, and (warm) those again joining one Ray started once."""
+    """Every configuration the settings ask for: per framework, plain with each thread count, plain DDP (PyTorch,
+    no Ray) with each worker count above 1, Ray Train with each worker count, and (warm) those again joining one
+    Ray started once."""
     out = []
     for fw in settings.frameworks:
         out += [Config(f"{fw}/plain-{t}t", fw, "plain", threads=t, workers=1) for t in settings.threads]
+        if fw in DDP_FRAMEWORKS:
+            out += [Config(f"{fw}/ddp-{w}p", fw, "ddp", threads=1, workers=w) for w in settings.workers if w > 1]
         out += [Config(f"{fw}/ray-{w}w", fw, "ray", threads=1, workers=w) for w in settings.workers]
         if settings.warm:
             out += [Config(f"{fw}/ray-{w}w-warm", fw, "ray", threads=1, workers=w, warm=True) for w in settings.workers]
     return out
 
 
-ONLY_KEY = re.compile(r"^(?P<framework>pytorch|tensorflow)/(?:plain-(?P<threads>[1-9][0-9]*)t|ray-(?P<workers>[1-9][0-9]*)w)$")
+ONLY_KEY = re.compile(r"^(?P<framework>pytorch|tensorflow)/(?:plain-(?P<threads>[1-9][0-9]*)t"
+                      r"|ray-(?P<workers>[1-9][0-9]*)w|ddp-(?P<processes>[2-9]|[1-9][0-9]+)p)$")
 
 
 def config_for(key: str) -> Config:
-    """The configuration a key of the plan names (pytorch/plain-1t, tensorflow/ray-2w, ...)."""
+    """The configuration a key of the plan names (pytorch/plain-1t, tensorflow/ray-2w, pytorch/ddp-2p, ...)."""
     match = ONLY_KEY.match(key)
-    if not match:
+    if not match or (match.group("processes") and match.group("framework") not in DDP_FRAMEWORKS):
         raise ValueError(f"{key!r}: expected <framework>/plain-<threads>t or <framework>/ray-<workers>w with "
-                         f"framework one of {', '.join(FRAMEWORKS)} (e.g. pytorch/plain-1t, pytorch/ray-2w)")
+                         f"framework one of {', '.join(FRAMEWORKS)}, or pytorch/ddp-<processes>p with 2 or more "
+                         f"(e.g. pytorch/plain-1t, pytorch/ray-2w, pytorch/ddp-2p)")
     fw, threads, workers = match.group("framework"), match.group("threads"), match.group("workers")
     if threads:
         return Config(key, fw, "plain", threads=int(threads), workers=1)
+    if match.group("processes"):
+        return Config(key, fw, "ddp", threads=1, workers=int(match.group("processes")))
     return Config(key, fw, "ray", threads=1, workers=int(workers))
 
 
@@ -65,7 +78,7 @@ def child_env(threads: int | None = None) -> dict[str, str]:
 def run_child(cfg: Config, settings: TrainSettings, ray_address: str | None, log_path: Path,
               timeout: float, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     """One run in a fresh process (``python -m training.bench.train --one``): its raw result."""
-    env = child_env(cfg.threads if cfg.kind == "plain" else None) | (extra_env or {})
+    env = child_env(cfg.threads if cfg.kind in ("plain", "ddp") else None) | (extra_env or {})
     payload = json.dumps({"config": cfg.to_json(), "settings": settings.to_json(), "rayAddress": ray_address})
     spawn = time.time()
     with open(log_path, "w", encoding="utf-8") as log:

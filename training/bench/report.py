@@ -37,7 +37,8 @@ def _plt():
 
 def _order(settings: dict[str, Any]) -> list[str]:
     warm = [f"ray-{w}w-warm" for w in settings["workers"]] if settings.get("warm") else []
-    return [f"plain-{t}t" for t in settings["threads"]] + [f"ray-{w}w" for w in settings["workers"]] + warm
+    return ([f"plain-{t}t" for t in settings["threads"]] + [f"ddp-{w}p" for w in settings["workers"] if w > 1]
+            + [f"ray-{w}w" for w in settings["workers"]] + warm)
 
 
 def _train_row(fw: str, a: dict[str, Any], base: dict[str, Any] | None, comp: dict[str, Any]) -> str:
@@ -50,7 +51,9 @@ def _train_row(fw: str, a: dict[str, Any], base: dict[str, Any] | None, comp: di
     else:
         sp = base["wall_s"] / a["wall_s"] if base else None
         ssp = a["steady_samples_per_s"] / base["steady_samples_per_s"] if base else None
-        cells = [_f(sp, 2, "x"), _f(sp / a["threads"] if sp else None, 2), _f(ssp, 2, "x"), "—",
+        equal = comp.get(fw, {}).get(f"ddp_{a['workers']}_processes", {}) if a["kind"] == "ddp" else {}
+        cells = [_f(sp, 2, "x"), _f(sp / cpus if sp else None, 2), _f(ssp, 2, "x"),
+                 _f(equal.get("steady_vs_equal_cpu_baseline"), 2, "x") if equal else "—",
                  _f(a["val_accuracy"], 3), _f(a["val_accuracy"] - base["val_accuracy"] if base else None, 3)]
     return (f"| {fw} | {a['label']} | {cpus} | {_f(a['wall_s'], 1)} | {_f(a['startup_s'], 1)} | "
             f"{_f(a.get('train_s'), 1)} | {_f(a.get('fit_tail_s'), 1)} | "
@@ -68,12 +71,20 @@ def _train_targets(comp: dict[str, Any]) -> list[str]:
                 ok = block["target_steady_ge_0.9x_equal_cpu"]
                 lines.append(f"* {who}: steady throughput vs {block['equal_cpu_baseline']} "
                              f"{_f(block['steady_vs_equal_cpu_baseline'], 2)}x -> {'met' if ok else 'NOT met'} (≥ 0.9x)")
+            ddp = c.get(f"ddp_{block['num_workers']}_processes", {})
+            if "steady_vs_plain_ddp" in block and "steady_vs_equal_cpu_baseline" in ddp:
+                lines.append(f"  of which DDP's own: plain DDP on {ddp['num_processes']} processes (no Ray) reaches "
+                             f"{_f(ddp['steady_vs_equal_cpu_baseline'], 2)}x of {ddp['equal_cpu_baseline']}; Ray "
+                             f"Train runs at {_f(block['steady_vs_plain_ddp'], 2)}x of plain DDP")
             ok = block["target_accuracy_within_2_points"]
             lines.append(f"* {who}: val accuracy {_f(block['accuracy_difference'], 3)} from the baseline's -> "
                          f"{'met' if ok else 'NOT met'} (less than 2 points)")
             if block.get("warm_ray"):
                 ok = block["target_first_step_le_10s"]
                 lines.append(f"* {who}: first step after {_f(block['time_to_first_step_seconds'], 1)} s -> "
+                             f"{'met' if ok else 'NOT met'} (≤ 10 s)")
+                ok = block["target_fit_to_first_step_le_10s"]
+                lines.append(f"* {who}: first step {_f(block['fit_to_first_step_seconds'], 1)} s after fit() -> "
                              f"{'met' if ok else 'NOT met'} (≤ 10 s)")
     return lines
 
@@ -101,7 +112,8 @@ def train_markdown(report: dict[str, Any]) -> str:
               "to the end of the first training step; steps = first to last step; idle tail = after the last step "
               "until the training call returned. Speedup = baseline wall time / wall time; efficiency = speedup / "
               "workers (threads for plain); steady = samples/s after the first epoch; equal-CPU = against the plain "
-              "run with as many threads as Ray workers (target ≥ 0.9x).", ""]
+              "run with as many threads as Ray workers (target ≥ 0.9x). Plain DDP = PyTorch's same loop in as many "
+              "processes under DistributedDataParallel over gloo, without Ray: the all-reduce's own cost.", ""]
     lines += ["## Where the start-up goes (seconds to the first step, medians)", ""]
     for fw, a in present:
         parts = ", ".join(f"{k} {_f(v, 1)}" for k, v in a["startup_phases"].items())
@@ -115,19 +127,21 @@ def train_plot(report: dict[str, Any], path: Path) -> Path:
     s = report["settings"]
     agg = report["configurations"]
     fws = [fw for fw in s["frameworks"] if any(k.startswith(fw + "/") for k in agg)]
-    fig, axes = plt.subplots(len(fws), 2, figsize=(12, 3.8 * len(fws)), squeeze=False)
+    bars_per_row = max((sum(1 for k in agg if k.startswith(fw + "/")) for fw in fws), default=1)
+    fig, axes = plt.subplots(len(fws), 2, figsize=(max(12, 2.2 * bars_per_row), 3.8 * len(fws)), squeeze=False)
     greys, blues = plt.get_cmap("Greys"), plt.get_cmap("Blues")
     colors = {}
     for i, k in enumerate(f"plain-{t}t" for t in s["threads"]):
         colors[k] = greys(0.4 + 0.4 * i / max(len(s["threads"]) - 1, 1))
-    greens = plt.get_cmap("Greens")
+    greens, oranges = plt.get_cmap("Greens"), plt.get_cmap("Oranges")
     for i, w in enumerate(s["workers"]):
+        colors[f"ddp-{w}p"] = oranges(0.4 + 0.5 * i / max(len(s["workers"]) - 1, 1))
         colors[f"ray-{w}w"] = blues(0.4 + 0.5 * i / max(len(s["workers"]) - 1, 1))
         colors[f"ray-{w}w-warm"] = greens(0.4 + 0.5 * i / max(len(s["workers"]) - 1, 1))
     for row, fw in enumerate(fws):
         keys = [k for k in _order(s) if f"{fw}/{k}" in agg]
         items = [agg[f"{fw}/{k}"] for k in keys]
-        labels = [a["label"].replace(", ", "\n") for a in items]
+        labels = [a["label"].replace(", ", "\n").replace(" (", "\n(") for a in items]
         ax = axes[row][0]
         vals = [a["steady_samples_per_s"] for a in items]
         lo = [a["steady_samples_per_s"] - a.get("steady_samples_per_s_min", a["steady_samples_per_s"]) for a in items]

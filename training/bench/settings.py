@@ -86,11 +86,12 @@ class TrainSettings:
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One configuration of the plan: ``pytorch/plain-1t``, ``tensorflow/ray-2w``, ``pytorch/ray-2w-warm``."""
+    """One configuration of the plan: ``pytorch/plain-1t``, ``pytorch/ddp-2p``, ``tensorflow/ray-2w``,
+    ``pytorch/ray-2w-warm``."""
 
     key: str
     framework: str
-    kind: str  # plain | ray
+    kind: str  # plain | ddp (PyTorch DDP in N processes, no Ray) | ray
     threads: int
     workers: int
     warm: bool = False
@@ -99,6 +100,8 @@ class Config:
     def label(self) -> str:
         if self.kind == "plain":
             return f"plain, {self.threads} thread{'s' if self.threads > 1 else ''}"
+        if self.kind == "ddp":
+            return f"plain DDP, {self.workers} processes (no Ray)"
         return (f"Ray Train, {self.workers} worker{'s' if self.workers > 1 else ''}"
                 + (", warm Ray" if self.warm else ""))
 
