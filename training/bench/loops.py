@@ -289,24 +289,6 @@ def _run_plain(cfg: Config, settings: TrainSettings, marks: dict[str, float]) ->
     return {"config": cfg.to_json(), "workers": [res], "driver": marks}
 
 
-try:
-    from ray.train import UserCallback as _UserCallback
-except Exception:  # only a base class; the module still imports without Ray Train
-    _UserCallback = object
-
-
-class ControllerClock(_UserCallback):
-    """Marks when Ray Train's controller is up: a ``UserCallback`` is unpickled in the controller's process as it
-    starts (timed from inside, with the wall clock the workers' marks use), before it creates the worker group."""
-
-    def __init__(self, queue):
-        self.queue = queue
-
-    def __setstate__(self, state):
-        self.__dict__.update(state)
-        self.queue.put({"marks": {"controllerUp": now(), "controllerPid": os.getpid()}})
-
-
 def _ray_trainer(cfg: Config, loop_config: dict[str, Any], store: str, callbacks: list | None = None):
     import ray.train
 
@@ -336,6 +318,7 @@ def _run_ray(cfg: Config, settings: TrainSettings, marks: dict[str, float],
     import ray.train  # noqa: F401  (imported before the mark: part of "python + ray imports")
     from ray.util.queue import Queue
 
+    from training.bench.controller_clock import ControllerClock
     from training.runtime.cluster import export_import_path
 
     marks["imported"] = now()
