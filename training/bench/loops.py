@@ -82,6 +82,17 @@ def torch_train(settings: TrainSettings, shard, threads: int, rank: int = 0, wor
             "parameters": sum(p.numel() for p in bare.parameters())}
 
 
+def sum_over_workers(values: list[float]) -> list[float]:
+    """The element-wise sum of ``values`` over the process group's workers (unchanged without one)."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(t)
+    return t.tolist()
+
+
 def _ray_worker_shard(config: dict[str, Any]):
     """What both timed Ray Train workers start with: the settings, this worker's rank and world size, its data
     shard."""
@@ -104,20 +115,11 @@ def _ray_worker_result(config: dict[str, Any], res: dict[str, Any], enter: float
 def _ray_torch_worker(config: dict[str, Any]) -> None:
     """Ray Train per-worker function (TorchTrainer)."""
     enter = now()
-    import torch
-    import torch.distributed as dist
     from ray.train.torch import prepare_model
 
     settings, rank, world, shard = _ray_worker_shard(config)
     data_done = now()
-
-    def allreduce(values):
-        t = torch.tensor(values, dtype=torch.float64)
-        if dist.is_initialized() and world > 1:
-            dist.all_reduce(t)
-        return t.tolist()
-
-    res = torch_train(settings, shard, 1, rank, world, wrap=prepare_model, allreduce=allreduce)
+    res = torch_train(settings, shard, 1, rank, world, wrap=prepare_model, allreduce=sum_over_workers)
     _ray_worker_result(config, res, enter, data_done)
 
 
@@ -128,7 +130,6 @@ def _ddp_worker(rank: int, world: int, port: int, settings_json: dict[str, Any],
     127.0.0.1, this rank's shard, and the Ray workers' own loop with DistributedDataParallel as Ray's prepare_model
     wraps a CPU model (no device ids, DDP's defaults)."""
     enter = now()
-    import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
@@ -139,13 +140,7 @@ def _ddp_worker(rank: int, world: int, port: int, settings_json: dict[str, Any],
     group_ready = now()
     shard = load_shard(settings.data_part, rank, world, settings.seed)
     data_done = now()
-
-    def allreduce(values):
-        t = torch.tensor(values, dtype=torch.float64)
-        dist.all_reduce(t)
-        return t.tolist()
-
-    res = torch_train(settings, shard, 1, rank, world, wrap=DistributedDataParallel, allreduce=allreduce)
+    res = torch_train(settings, shard, 1, rank, world, wrap=DistributedDataParallel, allreduce=sum_over_workers)
     res["marks"].update({"loopEnter": enter, "groupReady": group_ready, "dataDone": data_done,
                          "processStart": process_start_time()})
     dist.destroy_process_group()

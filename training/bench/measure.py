@@ -210,7 +210,8 @@ def compare(agg: dict[str, dict[str, Any]], settings: TrainSettings | Mapping[st
             block["num_processes"] = w
             if equal:
                 block["equal_cpu_baseline"] = f"plain, {w} thread(s)"
-                block["steady_vs_equal_cpu_baseline"] = round(ddp["steady_samples_per_s"] / equal["steady_samples_per_s"], 3)
+                block["steady_vs_equal_cpu_baseline"] = round(
+                    ddp["steady_samples_per_s"] / equal["steady_samples_per_s"], 3)
             entry[f"ddp_{w}_processes"] = block
         for ray_cfg in (a for k, a in agg.items() if k.startswith(fw + "/") and a["kind"] == "ray"):
             w = ray_cfg["workers"]
