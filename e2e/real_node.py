@@ -290,6 +290,7 @@ state = "{self.socket_dir / 'state'}"
                 pass
         _remove_kubelet_chains()
         _remove_policy_chains()
+        _remove_masquerade_chains(f"e2e-{self.index}")
         _remove_pod_netns(log)
         for cgroup_root in Path("/sys/fs/cgroup").glob("*/kubepods"):
             _remove_cgroup_tree(cgroup_root)
@@ -373,6 +374,36 @@ def _remove_policy_chains() -> None:
     for name in sets:  # its ipsets, free once no rule uses them
         if name.startswith(("KUBE-DST-", "KUBE-SRC-", "kube-router-")):
             subprocess.run(["ipset", "destroy", name], capture_output=True)
+
+
+def masquerade_rules(nat_dump: str, network: str) -> tuple[list[list[str]], list[str]]:
+    """In `iptables-save -t nat`: the jumps the CNI bridge plugin's ipMasq added to POSTROUTING for the pods of this
+    node's network (each rule's comment names the network and the container), and the CNI-<hash> chains they jump
+    to."""
+    marker = f'name: "{network}" id: '
+    jumps, chains = [], []
+    for line in nat_dump.splitlines():
+        if not line.startswith("-A POSTROUTING "):
+            continue
+        args = shlex.split(line[3:])
+        comment = args[args.index("--comment") + 1] if "--comment" in args else ""
+        target = args[args.index("-j") + 1] if "-j" in args else ""
+        if comment.startswith(marker) and target.startswith("CNI-"):
+            jumps.append(args)
+            chains.append(target)
+    return jumps, chains
+
+
+def _remove_masquerade_chains(network: str) -> None:
+    """The bridge plugin's masquerade chains of the pods: it removes them on CNI DEL, which never ran (the shims were
+    killed), so every pod the node ran left a nat chain and its POSTROUTING jump."""
+    dump = subprocess.run(["iptables-save", "-t", "nat"], capture_output=True, text=True).stdout
+    jumps, chains = masquerade_rules(dump, network)
+    for args in jumps:
+        subprocess.run(["iptables", "-t", "nat", "-D", *args], capture_output=True)
+    for chain in chains:
+        subprocess.run(["iptables", "-t", "nat", "-F", chain], capture_output=True)
+        subprocess.run(["iptables", "-t", "nat", "-X", chain], capture_output=True)
 
 
 def _remove_pod_netns(log) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from e2e import node_images, nodes, oci
-from e2e.real_node import RealNode
+from e2e.real_node import RealNode, masquerade_rules
 
 
 def test_addresses_keep_clusters_apart():
@@ -78,6 +78,32 @@ def test_without_busybox_the_store_image_says_what_installs_it(monkeypatch):
     monkeypatch.setattr(node_images.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match=r"make setup-e2e.*busybox-static"):
         node_images.busybox_binary()
+
+
+# `iptables-save -t nat` after an e2e run whose pods never got a CNI DEL (2026-11-29, shortened): the bridge
+# plugin's masquerade jumps and chains for network e2e-0, beside a rule of another network and one of the host's.
+NAT_AFTER_A_RUN = r"""*nat
+:POSTROUTING ACCEPT [0:0]
+:CNI-11d01a5a811b67ab0994cad5 - [0:0]
+:CNI-37fd308980264a1aef5e5df0 - [0:0]
+:CNI-aaaa - [0:0]
+-A POSTROUTING -s 10.244.0.7/32 -m comment --comment "name: \"e2e-0\" id: \"2ec189c9\"" -j CNI-11d01a5a811b67ab0994cad5
+-A POSTROUTING -s 10.244.0.8/32 -m comment --comment "name: \"e2e-0\" id: \"40175ac4\"" -j CNI-37fd308980264a1aef5e5df0
+-A POSTROUTING -s 10.88.0.2/32 -m comment --comment "name: \"podman\" id: \"77\"" -j CNI-aaaa
+-A POSTROUTING -o eth0 -j MASQUERADE
+-A CNI-11d01a5a811b67ab0994cad5 -d 10.244.0.0/24 -m comment --comment "name: \"e2e-0\" id: \"2ec189c9\"" -j ACCEPT
+COMMIT
+"""
+
+
+def test_teardown_finds_the_masquerade_chains_of_its_own_network_only():
+    """The node's teardown removes what the CNI bridge plugin's ipMasq left (its pods never got a CNI DEL): the
+    POSTROUTING jumps commented with this node's network, and their chains; another network's stay."""
+    jumps, chains = masquerade_rules(NAT_AFTER_A_RUN, "e2e-0")
+    assert chains == ["CNI-11d01a5a811b67ab0994cad5", "CNI-37fd308980264a1aef5e5df0"]
+    assert jumps[0] == ["POSTROUTING", "-s", "10.244.0.7/32", "-m", "comment", "--comment",
+                        'name: "e2e-0" id: "2ec189c9"', "-j", "CNI-11d01a5a811b67ab0994cad5"]
+    assert masquerade_rules(NAT_AFTER_A_RUN, "e2e-1") == ([], [])
 
 
 def test_nodes_file_names_minikube_real_and_eks_kwok():
