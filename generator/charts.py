@@ -11,9 +11,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from .errors import RenderError
+from .manifests import load as read_yaml
 
 LIBRARY = "training-lib"
 SHARED_SCHEMA = Path("charts") / LIBRARY / "cluster.schema.yaml"
@@ -35,7 +34,7 @@ def _scan(charts_dir: Path) -> dict:
     charts = {}
     if charts_dir.is_dir():
         for chart_yaml in sorted(charts_dir.glob("*/Chart.yaml")):
-            meta = yaml.safe_load(chart_yaml.read_text()) or {}
+            meta = read_yaml(chart_yaml.read_text()) or {}
             if meta.get("type", "application") != "application":
                 continue
             charts[chart_yaml.parent.name] = Chart(chart_yaml.parent.name, chart_yaml.parent, str(meta.get("version")))
@@ -56,9 +55,9 @@ def find(root: Path, name: str, location=None) -> Chart:
 
 def composed_schema(root: Path, chart_dir: Path) -> str:
     """The values.schema.json text a chart should have."""
-    shared = yaml.safe_load((root / SHARED_SCHEMA).read_text())
+    shared = read_yaml((root / SHARED_SCHEMA).read_text())
     part_path = chart_dir / "schema.part.yaml"
-    part = yaml.safe_load(part_path.read_text()) if part_path.exists() else {}
+    part = read_yaml(part_path.read_text()) if part_path.exists() else {}
     overlap = set(shared["properties"]) & set(part.get("properties", {}))
     if overlap:
         raise RenderError(f"{part_path}: redefines cluster keys {sorted(overlap)} of {SHARED_SCHEMA}")
@@ -79,7 +78,7 @@ def schema_charts(root: Path) -> list[Path]:
     """Charts that import the shared cluster values (and so get a composed schema)."""
     out = []
     for chart in available(root).values():
-        meta = yaml.safe_load((chart.path / "Chart.yaml").read_text())
+        meta = read_yaml((chart.path / "Chart.yaml").read_text())
         if any(dep.get("name") == LIBRARY for dep in meta.get("dependencies") or []):
             out.append(chart.path)
     return sorted(out)

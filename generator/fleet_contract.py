@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from .errors import Location, RenderError, RenderErrors, dotted
+from .manifests import load as read_yaml
 
 CONTRACT = Path(__file__).with_name("fleet_contract.yaml")
 _VAR = re.compile(r"\bvars\.([A-Za-z_][A-Za-z0-9_]*)")
@@ -22,7 +23,7 @@ _VAR = re.compile(r"\bvars\.([A-Za-z_][A-Za-z0-9_]*)")
 
 @functools.lru_cache(maxsize=1)
 def contract() -> dict:
-    return yaml.safe_load(CONTRACT.read_text())
+    return read_yaml(CONTRACT.read_text())
 
 
 def matches(pattern, path: tuple) -> bool:

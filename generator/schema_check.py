@@ -6,19 +6,19 @@ import json
 from pathlib import Path
 
 import jsonschema
-import yaml
 
 from schema_messages import expected_types, explain, leaves
 
 from .errors import Location, RenderError, ValueFault, dotted
 from .layers import Layer
+from .manifests import load as read_yaml
 from .templating import is_template
 
 
 @functools.cache
 def load_schema(path: Path) -> jsonschema.protocols.Validator:
     text = path.read_text()
-    schema = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    schema = json.loads(text) if path.suffix == ".json" else read_yaml(text)
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
     cls.check_schema(schema)
     return cls(schema)

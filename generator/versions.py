@@ -5,7 +5,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from .manifests import load as read_yaml
 
 VERSIONS_FILE = Path(__file__).resolve().parent.parent / "versions.yaml"
 
@@ -33,7 +33,7 @@ class Versions:
 
 @functools.cache
 def pinned(path: Path = VERSIONS_FILE) -> Versions:
-    data = yaml.safe_load(Path(path).read_text()) or {}
+    data = read_yaml(Path(path).read_text()) or {}
     keys = {"kubernetes": "kubernetes", "ray": "ray", "python": "python", "debian": "debian", "kuberay": "kuberay",
             "argocd": "argocd", "trainingOperator": "training_operator", "kueue": "kueue"}
     missing = sorted(set(keys) - set(data))
