@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 EXIT_OK, EXIT_NOT_HEALTHY, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_TIMEOUT = 0, 1, 2, 3, 4
-REACH_TIMEOUT_SECONDS = 5
+REACH_TIMEOUT_SECONDS = 5  # the default; RAY_GITOPS_REACH_TIMEOUT (seconds) sets another, for a slow link
+REACH_TIMEOUT_VARIABLE = "RAY_GITOPS_REACH_TIMEOUT"
 
 
 class OpsError(Exception):
@@ -99,6 +100,21 @@ def reload(root: Path, tgt: Target) -> Target:
     return target(root, tgt.env, tgt.kubeconfig)
 
 
+def reach_timeout() -> float:
+    """Seconds to wait for an API server's first answer: $RAY_GITOPS_REACH_TIMEOUT, else REACH_TIMEOUT_SECONDS."""
+    text = os.environ.get(REACH_TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return REACH_TIMEOUT_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0
+    if not 0 < seconds <= 600:
+        raise OpsError(f"{REACH_TIMEOUT_VARIABLE}={text!r}: expected a number of seconds above 0 and at most 600 "
+                       f"(unset, it is {REACH_TIMEOUT_SECONDS})")
+    return seconds
+
+
 def api_client(kubeconfig: str | None, context: str):
     """A client for `context`, after checking the context exists and the API server answers within seconds."""
     from kubernetes import client, config
@@ -115,9 +131,10 @@ def api_client(kubeconfig: str | None, context: str):
     probe_config = client.Configuration()
     config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=probe_config,
                             persist_config=False)
-    probe_config.retries = False  # one try: urllib3's default retries would wait REACH_TIMEOUT_SECONDS four times
+    probe_config.retries = False  # one try: urllib3's default retries would wait the reach timeout four times
+    timeout = reach_timeout()
     try:
-        client.VersionApi(client.ApiClient(probe_config)).get_code(_request_timeout=REACH_TIMEOUT_SECONDS)
+        client.VersionApi(client.ApiClient(probe_config)).get_code(_request_timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - any failure to reach the server is the same fact for a person
         reason = getattr(exc, "reason", None) or str(exc).splitlines()[0][:200]
         raise OpsError(f"cannot reach the cluster of context {context!r} ({api.configuration.host}): {reason}",

@@ -3,6 +3,7 @@ not answer, a job name that matches two kinds. Each is a message for a person an
 input, 3 unreachable), never a stack trace."""
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -16,9 +17,9 @@ from ops.targets import OpsError, target
 from tests.support import REPO
 
 
-def ops(*args, kubeconfig=None) -> subprocess.CompletedProcess:
+def ops(*args, kubeconfig=None, env=None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "ops", *(["--kubeconfig", str(kubeconfig)] if kubeconfig else []), *args]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60, env=dict(os.environ, **(env or {})))
 
 
 def kubeconfig(path, contexts: dict[str, str]):
@@ -82,24 +83,37 @@ def test_a_refused_connection_names_the_context_and_server(tmp_path):
 
 
 def test_a_server_that_never_answers_is_given_up_on_within_the_reach_timeout(tmp_path):
-    """A listener that accepts and never speaks TLS: the client's connect/read timeout (REACH_TIMEOUT_SECONDS, 5 s)
-    ends the wait, well under the 10 s the issue allows (elapsed is printed)."""
+    """A listener that accepts and never speaks TLS: the client's connect/read timeout ends the wait. It is
+    REACH_TIMEOUT_SECONDS (5 s, well under the 10 s the issue allows) unless RAY_GITOPS_REACH_TIMEOUT says otherwise;
+    here it says 1 s, so a wait that ignored it (5 s, or urllib3's retries) could not finish inside 4.5 s."""
     from ops.targets import REACH_TIMEOUT_SECONDS
+    assert REACH_TIMEOUT_SECONDS == 5
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
     try:
         config = kubeconfig(tmp_path / "config", {"minikube": f"https://127.0.0.1:{silent.getsockname()[1]}"})
         started = time.monotonic()
-        proc = ops("status", "--env", "minikube", kubeconfig=config)
+        proc = ops("status", "--env", "minikube", kubeconfig=config, env={"RAY_GITOPS_REACH_TIMEOUT": "1"})
         elapsed = time.monotonic() - started
     finally:
         silent.close()
-    print(f"unreachable cluster reported after {elapsed:.1f} s (reach timeout {REACH_TIMEOUT_SECONDS} s)")
+    print(f"unreachable cluster reported after {elapsed:.1f} s (reach timeout 1 s)")
     assert proc.returncode == 3, proc.stderr
     assert_for_a_person(proc)
     assert "cannot reach the cluster of context 'minikube'" in proc.stderr
-    assert elapsed < 10, f"{elapsed:.1f} s"
+    assert elapsed < 4.5, f"{elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "601"])
+def test_a_reach_timeout_that_is_not_a_number_of_seconds_is_refused(monkeypatch, value):
+    from ops.targets import reach_timeout
+    monkeypatch.setenv("RAY_GITOPS_REACH_TIMEOUT", value)
+    with pytest.raises(OpsError) as refused:
+        reach_timeout()
+    assert refused.value.exit_code == 2
+    assert f"RAY_GITOPS_REACH_TIMEOUT={value!r}: expected a number of seconds above 0 and at most 600" in str(
+        refused.value)
 
 
 class _Custom:
