@@ -1,17 +1,34 @@
 """Fixtures shared by every test folder."""
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
+from tests.support import HELM_MEMO_VARIABLE, REPO
 
 # The lanes of `make test` (`make test-fast` runs neither of the slow ones): decided here from what a test uses, so
 # a new test lands in the right lane without a decorator to forget.
 RAY_FIXTURES = {"ray_session", "two_node_ray", "runner"}  # a local Ray, or `python -m training run` in a subprocess
 GO_FIXTURES = {"argocd_cli", "kubeconform"}  # an upstream component built from its Go module (cached after once)
+
+
+def pytest_configure(config):
+    """One folder per test run (shared by its xdist workers, which inherit the variable) for the output of
+    `helm template` that tests/support.run_generator reuses for an input already rendered."""
+    if os.environ.get(HELM_MEMO_VARIABLE) is None:
+        config._helm_memo = tempfile.mkdtemp(prefix="ray-gitops-helm-memo-")
+        os.environ[HELM_MEMO_VARIABLE] = config._helm_memo
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_helm_memo", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(HELM_MEMO_VARIABLE, None)
 
 
 def pytest_collection_modifyitems(config, items):
