@@ -48,9 +48,14 @@ test: setup ## ruff check (pyproject.toml's rules), then the whole test suite
 	@$(PY) -m ruff check .
 	@$(PY) -m pytest
 
-test-fast: setup ## the tests that start no Ray and build nothing from Go (the lanes: tests/conftest.py), for a quick loop, one process per core (pytest-xdist)
+# The fast lane's scratch files (each test's copy of the repository, its renders, git repositories) go to memory when
+# TMPDIR is not set and /dev/shm has 1 GiB free: on this machine's disk a copy of the inputs took 150 ms, in memory
+# 10 ms. A passing test's folder is removed when it ends (pyproject.toml: tmp_path_retention_policy).
+FAST_TMPDIR := $(or $(TMPDIR),$(shell df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 && $$4 >= 1048576 {print "/dev/shm"}'))
+
+test-fast: setup ## the tests that start no Ray and build nothing from Go (the lanes: tests/conftest.py), for a quick loop, one process per core (pytest-xdist), scratch files in memory
 	@$(PY) -m ruff check .
-	@$(PY) -m pytest -q -n auto -m "not e2e and not ray and not go"
+	@$(if $(FAST_TMPDIR),TMPDIR=$(FAST_TMPDIR)) $(PY) -m pytest -q -n auto -m "not e2e and not ray and not go"
 
 train: setup ## run a training job spec, locally or against RAY_ADDRESS (SPEC=..., OUTPUT=..., NAME=...)
 	@$(PY) -m training run $(or $(SPEC),training/examples/digits-torch.yaml) $(if $(OUTPUT),--output $(OUTPUT)) $(if $(NAME),--name $(NAME))

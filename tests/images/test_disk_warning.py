@@ -11,6 +11,7 @@ from pathlib import Path
 from images import buildah, builders
 
 Usage = namedtuple("Usage", "total used free")
+ON_DISK = Path("/var/tmp/ray-gitops-build")  # buildah's temporary files on a disk (this test's own may be in memory)
 
 
 def warned(monkeypatch, cache: Path, tmp: Path, free_gib) -> str:
@@ -21,7 +22,7 @@ def warned(monkeypatch, cache: Path, tmp: Path, free_gib) -> str:
 
 
 def test_short_disk_is_named_with_what_the_build_needs(monkeypatch, tmp_path):
-    text = warned(monkeypatch, tmp_path, tmp_path / "tmp", 12)
+    text = warned(monkeypatch, tmp_path, ON_DISK, 12)
     assert f"12 GiB free on the disk of {tmp_path}" in text and f"about {builders.PEAK_GIB['disk']} GiB" in text
     assert "read/write on closed pipe" in text
     text = warned(monkeypatch, tmp_path, Path("/dev/shm/x"), 9)
@@ -29,7 +30,7 @@ def test_short_disk_is_named_with_what_the_build_needs(monkeypatch, tmp_path):
 
 
 def test_enough_disk_says_nothing(monkeypatch, tmp_path):
-    assert warned(monkeypatch, tmp_path, tmp_path / "tmp", builders.PEAK_GIB["disk"] + 1) == ""
+    assert warned(monkeypatch, tmp_path, ON_DISK, builders.PEAK_GIB["disk"] + 1) == ""
     assert warned(monkeypatch, tmp_path, Path("/dev/shm/x"), builders.PEAK_GIB["memory"] + 1) == ""
 
 
