@@ -43,11 +43,12 @@ def run_generator(root: Path, *args, env=None) -> subprocess.CompletedProcess:
 
     What the child does is `python -m generator`'s: `generator.cli.main` with these arguments, its own stdout and
     stderr, its own exit code (an uncaught exception prints its traceback and exits 1, as Python does), in the
-    repository's folder with `env` added. What it saves is a new interpreter and its imports, about 0.13 s of CPU a
-    call over the fast lane's hundred calls (docs/benchmarks.md, "The fast lane"). The generator's caches are
-    emptied in the child, so nothing read by an earlier call in this process is reused. Two things a fork shares
-    with its parent are left to `run_generator_process`: the string-hash seed (the determinism tests compare
-    renders made by separate interpreters) and the `-m generator` entry point itself.
+    repository's folder with `env` added. What it saves is a new interpreter and its imports, about 95 ms a call
+    over the fast lane's hundred calls (docs/benchmarks.md, "The fast lane"). The generator's caches are emptied in
+    the child, so nothing read by an earlier call in this process is reused; helm's output is reused within a run
+    for the same inputs (`_remember_helm_output`). Two things a fork shares with its parent are left to
+    `run_generator_process`: the string-hash seed (the determinism tests compare renders made by separate
+    interpreters) and the `-m generator` entry point itself.
     """
     if not hasattr(os, "fork"):
         return run_generator_process(root, *args, env=env)
@@ -154,8 +155,7 @@ def _remember_helm_output() -> None:
 def _folder_digest(folder: Path) -> str:
     """sha256 over every file's relative path and bytes under `folder`, following symbolic links."""
     digest = hashlib.sha256()
-    for parent, dirs, files in sorted(os.walk(folder, followlinks=True)):
-        dirs.sort()
+    for parent, _, files in sorted(os.walk(folder, followlinks=True)):
         for name in sorted(files):
             path = Path(parent) / name
             digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
