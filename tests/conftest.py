@@ -16,16 +16,19 @@ RAY_FIXTURES = {"ray_session", "two_node_ray", "runner"}  # a local Ray, or `pyt
 GO_FIXTURES = {"argocd_cli", "kubeconform"}  # an upstream component built from its Go module (cached after once)
 
 
+HELM_MEMO_MADE = pytest.StashKey[str]()
+
+
 def pytest_configure(config):
     """One folder per test run (shared by its xdist workers, which inherit the variable) for the output of
     `helm template` that tests/support.run_generator reuses for an input already rendered."""
     if os.environ.get(HELM_MEMO_VARIABLE) is None:
-        config._helm_memo = tempfile.mkdtemp(prefix="ray-gitops-helm-memo-")
-        os.environ[HELM_MEMO_VARIABLE] = config._helm_memo
+        config.stash[HELM_MEMO_MADE] = tempfile.mkdtemp(prefix="ray-gitops-helm-memo-")
+        os.environ[HELM_MEMO_VARIABLE] = config.stash[HELM_MEMO_MADE]
 
 
 def pytest_unconfigure(config):
-    folder = getattr(config, "_helm_memo", None)
+    folder = config.stash.get(HELM_MEMO_MADE, None)
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop(HELM_MEMO_VARIABLE, None)
